@@ -1,0 +1,114 @@
+"""Tenancy endpoints (the current project, its API keys, health) and the scoping mixin every
+app's viewsets use. Pagination and error bodies live in ``evalsite.rest``."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.response import Response
+
+from evalsite.models import ApiKey, Project, Role
+from evalsite.services import api_key_create
+
+
+class ProjectScopedMixin:
+    """Scope a viewset's queryset to ``request.project`` (set by ProjectRolePermission)."""
+
+    def get_queryset(self):
+        return super().get_queryset().filter(project=self.request.project)
+
+
+ERROR_RESPONSES = {
+    400: OpenApiResponse(description="Invalid input; `error.fields` names each field and why."),
+    401: OpenApiResponse(description="Missing, malformed or revoked API key."),
+    403: OpenApiResponse(description="Your role in the project does not allow this."),
+    404: OpenApiResponse(description="Not found in your project."),
+}
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Project
+        fields = ["id", "slug", "name", "description", "created_at", "role"]
+
+    def get_role(self, project) -> str:
+        return self.context["request"].role
+
+
+@extend_schema(responses={200: ProjectSerializer, **ERROR_RESPONSES}, tags=["projects"])
+@api_view(["GET"])
+def current_project(request):
+    """The project this key (or session) acts in, with the caller's role."""
+    return Response(ProjectSerializer(request.project, context={"request": request}).data)
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.EDITOR)
+
+    class Meta:
+        model = ApiKey
+        fields = ["id", "name", "role", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class ApiKeyCreatedSerializer(ApiKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "key"]
+
+
+@extend_schema(tags=["projects"])
+class ApiKeyViewSet(
+    ProjectScopedMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """API keys of the project. Owners only; the raw key is returned once, at creation."""
+
+    queryset = ApiKey.objects.all()
+    serializer_class = ApiKeySerializer
+    required_role = Role.OWNER
+
+    @extend_schema(responses={201: ApiKeyCreatedSerializer, **ERROR_RESPONSES})
+    def create(self, request):
+        serializer = ApiKeySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key, raw = api_key_create(
+            project=request.project, created_by=request.user, **serializer.validated_data
+        )
+        data = ApiKeySerializer(key).data | {"key": raw}
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={204: None, **ERROR_RESPONSES},
+        description="Revoke the key. It stays listed, with `revoked_at` set.",
+    )
+    def destroy(self, request, pk=None):
+        self.get_object().revoke()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(
+    responses={
+        200: inline_serializer(
+            "Health", {"database": serializers.CharField(), "broker": serializers.CharField()}
+        )
+    },
+    tags=["health"],
+)
+@api_view(["GET"])
+@permission_classes([])
+def healthz(request):
+    """Database and broker reachability; 503 when either is down."""
+    from evalsite.health import check_all
+
+    report = check_all()
+    healthy = all(value == "ok" for value in report.values())
+    return Response(report, status=200 if healthy else 503)

@@ -1,0 +1,91 @@
+"""Run the whole site on this machine: migrations, demo data, web server and Celery worker."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from evalsite.celery import QUEUES
+from evalsite.demo import DEMO_PASSWORD, DEMO_USER
+
+
+class Command(BaseCommand):
+    help = "Migrate, load demo data, then run the web server and a Celery worker until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", default=os.environ.get("PORT", "8000"))
+        parser.add_argument("--no-demo", action="store_true", help="Skip the demo data.")
+
+    def handle(self, *args, host, port, no_demo, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        if not no_demo:
+            call_command("demo_data")
+        env = {**os.environ, "DATABASE_URL": os.environ.get("DATABASE_URL", "")}
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "evalsite",
+                    "worker",
+                    "-l",
+                    "info",
+                    "-Q",
+                    ",".join(QUEUES),
+                    "--concurrency",
+                    os.environ.get("WORKER_CONCURRENCY", "2"),
+                ],
+                env=env,
+            ),
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "evalsite.wsgi",
+                    "--bind",
+                    f"{host}:{port}",
+                    "--workers",
+                    os.environ.get("WEB_CONCURRENCY", "2"),
+                    "--threads",
+                    "4",
+                    "--access-logfile",
+                    "-",
+                ],
+                env=env,
+            ),
+        ]
+        url = f"http://{host}:{port}/"
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nevalsite is up at {url}  (log in as {DEMO_USER} / {DEMO_PASSWORD})\n"
+                f"Database: {settings.DATABASES['default']['HOST'] or 'localhost'}  Broker: {settings.CELERY_BROKER_URL}\n"
+                "Press Ctrl-C to stop.\n"
+            )
+        )
+        try:
+            while all(child.poll() is None for child in children):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+            for child in children:
+                try:
+                    child.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM, None)]
+        if failed:
+            sys.exit(1)

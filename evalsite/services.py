@@ -1,0 +1,54 @@
+"""Tenancy services: projects, members and API keys."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils.text import slugify
+
+from evalsite.models import ApiKey, Membership, Project, Role
+
+
+@transaction.atomic
+def project_create(*, name: str, owner, slug: str = "", description: str = "") -> Project:
+    project = Project.objects.create(
+        name=name, slug=slug or slugify(name)[:64], description=description
+    )
+    if owner is not None:
+        Membership.objects.create(project=project, user=owner, role=Role.OWNER)
+    return project
+
+
+def membership_set(*, project: Project, user, role: str) -> Membership:
+    membership, _ = Membership.objects.update_or_create(
+        project=project, user=user, defaults={"role": role}
+    )
+    return membership
+
+
+def api_key_create(
+    *, project: Project, name: str, created_by=None, role: str = Role.EDITOR
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its raw value, which is never stored or shown again."""
+    raw, prefix, key_hash = ApiKey.generate()
+    key = ApiKey.objects.create(
+        project=project,
+        name=name,
+        role=role,
+        prefix=prefix,
+        key_hash=key_hash,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+    )
+    return key, raw
+
+
+def user_get_or_create(*, username: str, password: str | None = None):
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username=username)
+    if created:
+        if password:
+            user.set_password(password)
+        else:
+            user.set_unusable_password()
+        user.save()
+    return user

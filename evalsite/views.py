@@ -1,0 +1,123 @@
+"""Tenancy pages (projects, settings, API keys) and the project lookup every page uses."""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from evalsite.models import Project, Role, role_allows
+from evalsite.services import api_key_create, project_create
+
+
+def project_view(role: str = Role.VIEWER, *, write_role: str = Role.EDITOR):
+    """Look up ``slug`` among the user's projects (404 for others') and check the role.
+
+    GET needs ``role``; other methods need ``write_role``. The view receives ``project`` instead
+    of ``slug`` and finds the caller's role on ``request.role``.
+    """
+
+    def decorator(view):
+        @login_required
+        @wraps(view)
+        def wrapper(request, slug, *args, **kwargs):
+            project = Project.objects.for_user(request.user).filter(slug=slug).first()
+            if project is None:
+                raise Http404("No such project.")
+            request.project, request.role = project, project.role_of(request.user)
+            needed = role if request.method in ("GET", "HEAD") else write_role
+            if not role_allows(request.role, needed):
+                raise PermissionDenied(f"This needs the {needed} role in {project.name}.")
+            request.session["project"] = project.slug
+            return view(request, project, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+@login_required
+def home(request):
+    projects = Project.objects.for_user(request.user)
+    slug = request.session.get("project")
+    project = projects.filter(slug=slug).first() if slug else projects.first()
+    if project is None:
+        return redirect("project-list")
+    return redirect("project-home", slug=project.slug)
+
+
+class ProjectForm(forms.ModelForm):
+    class Meta:
+        model = Project
+        fields = ["name", "slug", "description"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+
+
+@login_required
+def project_list(request):
+    form = ProjectForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        project = project_create(owner=request.user, **form.cleaned_data)
+        messages.success(request, f"Project {project.name} created.")
+        return redirect("project-home", slug=project.slug)
+    projects = Project.objects.for_user(request.user)
+    return render(request, "projects/list.html", {"projects": projects, "form": form})
+
+
+@login_required
+def project_go(request):
+    """The project switcher's target: works as a plain GET form without JavaScript."""
+    return redirect("project-home", slug=request.GET.get("project", ""))
+
+
+@project_view()
+def project_home(request, project):
+    from evaluators.selectors import evaluator_list_recent
+    from runs.selectors import run_list_recent
+
+    context = {
+        "project": project,
+        "evaluators": evaluator_list_recent(project=project),
+        "runs": run_list_recent(project=project),
+    }
+    return render(request, "projects/home.html", context)
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.EDITOR)
+
+
+@project_view(write_role=Role.OWNER)
+def project_settings(request, project):
+    form = ApiKeyForm(request.POST or None)
+    new_key = None
+    if request.method == "POST" and form.is_valid():
+        _, new_key = api_key_create(project=project, created_by=request.user, **form.cleaned_data)
+        form = ApiKeyForm()
+    context = {
+        "project": project,
+        "form": form,
+        "new_key": new_key,
+        "keys": project.api_keys.select_related("created_by"),
+        "memberships": project.memberships.select_related("user").order_by("user__username"),
+        "can_manage": role_allows(request.role, Role.OWNER),
+    }
+    return render(request, "projects/settings.html", context)
+
+
+@require_POST
+@project_view(write_role=Role.OWNER)
+def api_key_revoke(request, project, key_id):
+    key = project.api_keys.filter(pk=key_id).first()
+    if key is None:
+        raise Http404("No such key.")
+    key.revoke()
+    messages.success(request, f"Key {key.name} revoked.")
+    return redirect("project-settings", slug=project.slug)

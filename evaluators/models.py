@@ -1,0 +1,151 @@
+"""Evaluators, their immutable revisions, and presets."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from evalsite.models import Project
+
+
+class EvaluatorQuerySet(models.QuerySet):
+    def for_project(self, project: Project) -> EvaluatorQuerySet:
+        return self.filter(project=project)
+
+    def active(self) -> EvaluatorQuerySet:
+        return self.filter(archived=False)
+
+    def by_ref(self, ref: str | int) -> EvaluatorQuerySet:
+        """Match an evaluator by id or slug: every lookup in evalsite accepts either."""
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            return self.filter(models.Q(pk=int(ref)) | models.Q(slug=str(ref)))
+        return self.filter(slug=ref)
+
+
+class Evaluator(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluators")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=50)
+    archived = models.BooleanField(default=False)
+    head = models.ForeignKey(
+        "EvaluatorRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The newest revision; new runs use it.",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = EvaluatorQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="evaluator_unique_slug")
+        ]
+        indexes = [models.Index(fields=["project", "kind"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ImmutableRevision(Exception):
+    pass
+
+
+class EvaluatorRevision(models.Model):
+    """A snapshot of an evaluator's configuration. Never edited, except that a revision stored
+    without ``schemas.outputs`` may have it backfilled once (``schema_inferred_*`` say by whom)."""
+
+    BACKFILL_FIELDS = frozenset({"schemas", "schema_inferred_at", "schema_inferred_by"})
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    evaluator = models.ForeignKey(Evaluator, on_delete=models.CASCADE, related_name="revisions")
+    version = models.PositiveIntegerField()
+    slug = models.SlugField(max_length=120)
+    kind = models.CharField(max_length=50)
+    parameters = models.JSONField(default=dict)
+    schemas = models.JSONField(
+        default=dict, help_text="JSON Schemas keyed parameters, inputs, outputs."
+    )
+    examples = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Example cases checked at save time: inputs, outputs, trace, expected.",
+    )
+    message = models.CharField(max_length=500, blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    schema_inferred_at = models.DateTimeField(null=True, blank=True)
+    schema_inferred_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["evaluator", "version"], name="revision_unique_version"
+            ),
+            models.UniqueConstraint(fields=["project", "slug"], name="revision_unique_slug"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            update_fields = kwargs.get("update_fields")
+            if update_fields is None or not set(update_fields) <= self.BACKFILL_FIELDS:
+                raise ImmutableRevision(
+                    f"Revision {self.slug} is immutable; edit the evaluator to make a new revision."
+                )
+        super().save(*args, **kwargs)
+
+    @property
+    def outputs_schema(self) -> dict | None:
+        return (self.schemas or {}).get("outputs") or None
+
+    @property
+    def reference(self) -> dict:
+        """The ``{id, slug, version}`` reference that runs and annotations store."""
+        return {"id": self.pk, "slug": self.slug, "version": self.version}
+
+
+class Preset(models.Model):
+    """Named parameter values for a kind. Built-in ones (no project) are synced from the kinds."""
+
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="presets"
+    )
+    kind = models.CharField(max_length=50)
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    parameters = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "slug"],
+                condition=models.Q(project__isnull=True),
+                name="preset_unique_builtin",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "kind", "slug"], name="preset_unique_in_project"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.name}"

@@ -1,0 +1,104 @@
+"""The cast every test can use: a project with an owner, an editor, a viewer, and an outsider
+who owns another project. API clients authenticate with real API keys."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from evalsite.models import Role
+from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
+
+pytest_plugins = ["tests.servers"]
+
+
+@pytest.fixture(autouse=True)
+def _plain_static_files(settings):
+    # Pages render {% static %} without a collectstatic manifest in tests.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture
+def owner(db):
+    return user_get_or_create(username="alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def project(owner):
+    return project_create(name="Acme QA", slug="acme", owner=owner)
+
+
+@pytest.fixture
+def editor(project):
+    user = user_get_or_create(username="bob", password="pw-bob-123")
+    membership_set(project=project, user=user, role=Role.EDITOR)
+    return user
+
+
+@pytest.fixture
+def viewer(project):
+    user = user_get_or_create(username="carol", password="pw-carol-123")
+    membership_set(project=project, user=user, role=Role.VIEWER)
+    return user
+
+
+@pytest.fixture
+def outsider(db):
+    user = user_get_or_create(username="mallory", password="pw-mallory-123")
+    project_create(name="Other Co", slug="other", owner=user)
+    return user
+
+
+@pytest.fixture
+def other_project(outsider):
+    return outsider.memberships.get().project
+
+
+def api_client_for(project, user=None, role=Role.EDITOR) -> APIClient:
+    _, raw = api_key_create(project=project, name="test", created_by=user, role=role)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+@pytest.fixture
+def api(project, editor) -> APIClient:
+    """An editor's API client in the project."""
+    return api_client_for(project, editor, Role.EDITOR)
+
+
+@pytest.fixture
+def viewer_api(project, viewer) -> APIClient:
+    return api_client_for(project, viewer, Role.VIEWER)
+
+
+@pytest.fixture
+def outsider_api(other_project, outsider) -> APIClient:
+    return api_client_for(other_project, outsider, Role.OWNER)
+
+
+@pytest.fixture
+def owner_client(client, owner, project):
+    client.force_login(owner)
+    return client
+
+
+@pytest.fixture
+def editor_client(client, editor):
+    client.force_login(editor)
+    return client
+
+
+@pytest.fixture
+def viewer_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+@pytest.fixture
+def outsider_client(client, outsider):
+    client.force_login(outsider)
+    return client
