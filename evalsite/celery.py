@@ -9,7 +9,7 @@ Start a worker for all of them:  uv run celery -A evalsite worker -l info -Q def
 import os
 
 from celery import Celery
-from kombu import Queue
+from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
 
@@ -17,5 +17,6 @@ QUEUES = ("default", "runs", "code", "llm", "ingest")
 
 app = Celery("evalsite")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = [Queue(name) for name in QUEUES]
+# Each queue has its own exchange and routing key, so a task lands in exactly one queue.
+app.conf.task_queues = [Queue(name, Exchange(name), routing_key=name) for name in QUEUES]
 app.autodiscover_tasks()
