@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import jsonschema
+import referencing
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -324,7 +325,8 @@ def _finish(raw: Raw, threshold: float, schema: dict | None) -> Evaluation:
 
 
 def schema_check(outputs: dict[str, Any], schema: dict[str, Any]) -> None:
-    validator = jsonschema.Draft202012Validator(schema)
+    # An empty registry: a $ref to a URL must never make the server fetch it.
+    validator = jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
     error = jsonschema.exceptions.best_match(validator.iter_errors(outputs))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "(the outputs)"

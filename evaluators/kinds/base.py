@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evaluators.normalize import EvaluationError
 
@@ -108,7 +108,13 @@ class Kind:
         return self.parameters.model_validate(raw or {})
 
     def defaults(self) -> dict[str, Any]:
-        return self.parse({}).model_dump(mode="json") if _has_all_defaults(self) else {}
+        """The parameters a new evaluator starts from; {} when some setting must be chosen."""
+        if not _has_all_defaults(self):
+            return {}
+        try:
+            return self.parse({}).model_dump(mode="json")
+        except ValidationError:  # every field has a default, yet the model wants a choice
+            return {}
 
     def outputs_schema(self, parameters: KindParameters) -> dict[str, Any] | None:
         if callable(self.outputs):
@@ -139,6 +145,19 @@ def get_kind(key: str) -> Kind:
     except KeyError:
         known = ", ".join(sorted(REGISTRY))
         raise KeyError(f"Unknown kind {key!r}; known kinds: {known}.") from None
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality as JSON means it: true is not 1 (Python says True == 1), 1 equals 1.0."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(json_equal, left, right))
+    if isinstance(left, dict | list) or isinstance(right, dict | list):
+        return False
+    return left == right
 
 
 # Outputs schemas shared by many kinds.

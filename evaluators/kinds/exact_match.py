@@ -13,6 +13,7 @@ from evaluators.kinds.base import (
     Kind,
     PresetSpec,
     ground_truth,
+    json_equal,
     register,
     ui,
 )
@@ -49,7 +50,7 @@ def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> bool:
     expected = ground_truth(parameters, inputs)
     left, right = _as_json(outputs), _as_json(expected)
     if isinstance(left, dict | list) or isinstance(right, dict | list):
-        return left == right
+        return json_equal(left, right)
     return _text(outputs, parameters) == _text(expected, parameters)
 
 
@@ -63,7 +64,13 @@ kind = register(
         outputs=SUCCESS_ONLY,
         needs_ground_truth=True,
         presets=[
-            PresetSpec("case_insensitive", "Case-insensitive match", {"case_sensitive": False})
+            PresetSpec("case_insensitive", "Case-insensitive match", {"case_sensitive": False}),
+            PresetSpec(
+                "strict",
+                "Character for character",
+                {"case_sensitive": True, "strip_whitespace": False},
+                "Case and surrounding white space count too.",
+            ),
         ],
     )
 )
