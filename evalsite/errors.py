@@ -8,7 +8,10 @@ from pydantic import ValidationError as PydanticValidationError
 class InvalidInput(Exception):
     """Bad input named by field: ``fields`` maps a (dotted) field to its reasons."""
 
-    def __init__(self, fields: dict[str, list[str]] | str, message: str = ""):
+    status = 400
+
+    def __init__(self, fields: dict[str, list[str]] | str, message: str = "", *, status: int = 400):
+        self.status = status
         if isinstance(fields, str):
             fields = {"non_field_errors": [fields]}
         self.fields = fields

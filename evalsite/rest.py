@@ -24,7 +24,9 @@ def exception_handler(exc, context):
     message beside the input that caused it.
     """
     if isinstance(exc, InvalidInput):
+        status = exc.status
         exc = exceptions.ValidationError(exc.fields)
+        exc.status_code = status  # 422 for well-formed data the evaluator's schema refuses
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

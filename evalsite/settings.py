@@ -114,6 +114,9 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 900)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_BEAT_SCHEDULE = {
+    "resume-stalled-runs": {"task": "runs.tasks.runs_resume_stalled", "schedule": 60.0},
+}
 
 # --- Auth, sessions, security ------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -190,6 +193,11 @@ EVALSITE_CODE_RUNNER = env_choice(
 EVALSITE_WEBHOOK_ALLOW_PRIVATE = env_bool("EVALSITE_WEBHOOK_ALLOW_PRIVATE", default=False)
 EVALSITE_HTTP_TIMEOUT = env_float("EVALSITE_HTTP_TIMEOUT", 10.0)
 API_KEY_TOUCH_INTERVAL_SECONDS = 60
+EVALSITE_RUN_CHUNK_SIZE = env_int("EVALSITE_RUN_CHUNK_SIZE", 250, minimum=1)
+# A running run with no finished cell for this long is dispatched again (lost message, broker
+# restarted empty, worker killed): chunks are idempotent, so this is always safe.
+EVALSITE_RUN_STALL_SECONDS = env_int("EVALSITE_RUN_STALL_SECONDS", 600, minimum=5)
+EVALSITE_APPLICATIONS_ALLOW_PRIVATE = env_bool("EVALSITE_APPLICATIONS_ALLOW_PRIVATE", default=False)
 
 LOGGING = {
     "version": 1,

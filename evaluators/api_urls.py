@@ -4,7 +4,7 @@ from rest_framework.routers import SimpleRouter
 from evaluators import api
 
 router = SimpleRouter(trailing_slash=False)
-router.register("evaluators", api.EvaluatorViewSet, basename="evaluator")
+router.register("evaluators", api.EvaluatorViewSet, basename="api-evaluator")
 
 urlpatterns = [
     # Before the router, so "invoke" is not read as an evaluator's slug.

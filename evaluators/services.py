@@ -266,7 +266,8 @@ def evaluations_invoke_many(
     parsed = parameters_validate(kind_obj, revision.parameters if revision else parameters)
     schema = revision.outputs_schema if revision else kind_obj.outputs_schema(parsed)
     if not kind_obj.executes:
-        return [_skipped("Human evaluators are annotated by people, not run.") for _ in items]
+        reason = f"{kind_obj.name} evaluators are not run; they receive annotations."
+        return [_skipped(reason) for _ in items]
     context = {"project": project or (revision.project if revision else None), "revision": revision}
     if kind_obj.evaluate_many is not None:
         raws = kind_obj.evaluate_many(parsed, items, context)

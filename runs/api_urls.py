@@ -1,1 +1,3 @@
-urlpatterns = []
+from runs.api import runs, testsets, traces
+
+urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns]

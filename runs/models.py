@@ -1,1 +1,578 @@
-from django.db import models  # noqa: F401
+"""Testsets, traces, applications, runs, scenarios, results, annotations, metrics, online rules."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from evalsite.models import Project
+
+
+class ProjectQuerySet(models.QuerySet):
+    def for_project(self, project: Project):
+        return self.filter(project=project)
+
+
+# --- testsets ---------------------------------------------------------------------------------
+
+
+class Testset(models.Model):
+    __test__ = False  # not a pytest test class, despite the name
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="testsets")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    head = models.ForeignKey(
+        "TestsetVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="testset_unique_slug")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TestsetVersion(models.Model):
+    """An immutable table of rows. Editing a testset makes a new version; runs record theirs."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    testset = models.ForeignKey(Testset, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    columns = models.JSONField(default=list, help_text="Column names in display order.")
+    row_count = models.PositiveIntegerField(default=0)
+    message = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["testset", "version"], name="testset_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.testset.slug} v{self.version}"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.testset.slug}-v{self.version}"
+
+
+class Testcase(models.Model):
+    """One row: any JSON object (columns such as country, correct_answer; nested JSON kept)."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    version = models.ForeignKey(TestsetVersion, on_delete=models.CASCADE, related_name="testcases")
+    index = models.PositiveIntegerField()
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "index"], name="testcase_unique_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"row {self.index}"
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+
+class Trace(models.Model):
+    """One invocation. Spans hold the tree; the summary columns serve lists and filters."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="traces")
+    trace_id = models.CharField(max_length=64)
+    name = models.CharField(max_length=300, blank=True, help_text="The root span's name.")
+    root_span_id = models.CharField(max_length=64, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=16, default="ok")
+    tokens = models.FloatField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    span_count = models.PositiveIntegerField(default=0)
+    source = models.CharField(
+        max_length=16, default="api", help_text="api, otlp, invocation (recorded by a run), judge"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-start_time", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "trace_id"], name="trace_unique_id")
+        ]
+        indexes = [
+            models.Index(fields=["project", "-start_time"]),
+            models.Index(fields=["project", "name"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.trace_id
+
+
+class Span(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans")
+    span_id = models.CharField(max_length=64)
+    parent_id = models.CharField(max_length=64, blank=True, help_text="Empty for a root span.")
+    name = models.CharField(max_length=300)
+    kind = models.CharField(max_length=32, default="task")
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, default="ok")
+    status_message = models.TextField(blank=True)
+    attributes = models.JSONField(
+        default=dict, help_text='{"ag": {"data", "metrics": {"unit", "acc"}, "meta"}, ...otel}'
+    )
+
+    class Meta:
+        ordering = ["start_time", "id"]
+        constraints = [models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_id")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.span_id})"
+
+
+# --- applications -----------------------------------------------------------------------------
+
+
+class Application(models.Model):
+    class Kind(models.TextChoices):
+        COLUMN = "column", "Outputs in a testset column"
+        LOGGED = "logged", "Outputs logged through the API"
+        HTTP = "http", "HTTP endpoint"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="applications")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    config = models.JSONField(
+        default=dict, help_text="column: {outputs_column}; http: {url, headers, timeout, ...}"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="application_unique_slug")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERRORS = "errors"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class RunQuerySet(ProjectQuerySet):
+    def active(self):
+        return self.filter(status__in=ACTIVE_RUN_STATUSES)
+
+
+class Run(models.Model):
+    """A testset version (or a trace query) x an application x evaluator revisions x repeats."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    is_online = models.BooleanField(default=False)
+    testset_version = models.ForeignKey(
+        TestsetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    application = models.ForeignKey(
+        Application, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    query = models.JSONField(default=dict, blank=True, help_text="Online runs: the trace filter.")
+    repeats = models.PositiveSmallIntegerField(default=1)
+    mappings = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Scenario-table columns: [{column: {kind, name}, step: {key, path}}].",
+    )
+    total_cells = models.PositiveIntegerField(default=0)
+    done_cells = models.PositiveIntegerField(default=0)
+    error_cells = models.PositiveIntegerField(default=0)
+    scenario_count = models.PositiveIntegerField(default=0)
+    closed = models.BooleanField(default=False)
+    error = models.JSONField(null=True, blank=True, help_text="Why the run failed as a whole.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    progressed_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last time a cell finished; the stall sweeper reads it."
+    )
+    metrics_refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"]), models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_RUN_STATUSES
+
+    @property
+    def progress(self) -> float:
+        return 100.0 * self.done_cells / self.total_cells if self.total_cells else 0.0
+
+    @property
+    def duration_s(self) -> float | None:
+        if not self.started_at:
+            return None
+        return ((self.finished_at or timezone.now()) - self.started_at).total_seconds()
+
+
+class StepType(models.TextChoices):
+    INPUT = "input"
+    INVOCATION = "invocation"
+    ANNOTATION = "annotation"
+
+
+class RunStep(models.Model):
+    """A column family of the run: ``testset-<slug>``, ``application-<slug>``,
+    ``evaluator-<revision slug>``, each with references ``{id, slug, version}``."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=200)
+    type = models.CharField(max_length=16, choices=StepType.choices)
+    position = models.PositiveSmallIntegerField(default=0)
+    references = models.JSONField(default=dict)
+    revision = models.ForeignKey(
+        "evaluators.EvaluatorRevision",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="run_steps",
+    )
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="runstep_unique_key")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class ScenarioStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERRORS = "errors"
+    CANCELLED = "cancelled"
+
+
+class Scenario(models.Model):
+    """One row of a run: a testcase (batch), or a trace (online)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="scenarios")
+    index = models.PositiveIntegerField()
+    testcase = models.ForeignKey(
+        Testcase, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    inputs = models.JSONField(
+        default=dict, help_text="The testcase row or the trace's root inputs."
+    )
+    trace = models.ForeignKey(
+        Trace,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Online runs: the trace this scenario evaluates.",
+    )
+    status = models.CharField(
+        max_length=16, choices=ScenarioStatus.choices, default=ScenarioStatus.PENDING
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="scenario_unique_index"),
+            models.UniqueConstraint(
+                fields=["run", "trace"],
+                condition=Q(trace__isnull=False),
+                name="scenario_unique_trace",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["run", "status"]),
+            models.Index(fields=["run", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"scenario {self.index}"
+
+
+class ResultStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+FINAL_RESULT_STATUSES = (
+    ResultStatus.SUCCESS,
+    ResultStatus.ERROR,
+    ResultStatus.SKIPPED,
+    ResultStatus.CANCELLED,
+)
+
+
+class Result(models.Model):
+    """One cell ``(run, scenario, step_key, repeat_idx)``: points at a trace (input and invocation
+    steps) or an annotation (annotation steps), or holds an error."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="results")
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="results")
+    step_key = models.CharField(max_length=200)
+    repeat_idx = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(
+        max_length=16, choices=ResultStatus.choices, default=ResultStatus.PENDING
+    )
+    trace = models.ForeignKey(
+        Trace, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    annotation = models.ForeignKey(
+        "Annotation", null=True, blank=True, on_delete=models.SET_NULL, related_name="results"
+    )
+    testcase = models.ForeignKey(
+        Testcase, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    error = models.JSONField(null=True, blank=True, help_text="{code, type, message, stacktrace}")
+    duration_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "scenario", "step_key", "repeat_idx"], name="result_unique_cell"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["run", "step_key", "status"]),
+            models.Index(fields=["scenario", "step_key"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_key}[{self.repeat_idx}] of {self.scenario_id}: {self.status}"
+
+
+# --- annotations ------------------------------------------------------------------------------
+
+
+class Origin(models.TextChoices):
+    AUTO = "auto"
+    HUMAN = "human"
+    CUSTOM = "custom"
+
+
+class Channel(models.TextChoices):
+    WEB = "web"
+    API = "api"
+    SDK = "sdk"
+
+
+class AnnotationQuerySet(ProjectQuerySet):
+    def for_evaluator(self, ref: str | int):
+        """Match by evaluator id or slug: annotations carry both, so either finds them."""
+        if isinstance(ref, int) or str(ref).isdigit():
+            return self.filter(Q(evaluator_id=int(ref)) | Q(evaluator_slug=str(ref)))
+        return self.filter(evaluator_slug=ref)
+
+
+class Annotation(models.Model):
+    """A judgement attached to a trace (span): what an evaluator or a person returned."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="annotations")
+    trace = models.ForeignKey(
+        Trace,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="annotations",
+        help_text="The annotated trace.",
+    )
+    span_id = models.CharField(max_length=64, blank=True)
+    outputs = models.JSONField(default=dict)
+    evaluator = models.ForeignKey(
+        "evaluators.Evaluator", on_delete=models.PROTECT, related_name="annotations"
+    )
+    evaluator_slug = models.SlugField(max_length=100)
+    revision = models.ForeignKey(
+        "evaluators.EvaluatorRevision",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="annotations",
+    )
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.AUTO)
+    channel = models.CharField(max_length=16, choices=Channel.choices, default=Channel.API)
+    judge_trace = models.ForeignKey(
+        Trace,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The evaluator's own trace (an LLM judge call), when it has one.",
+    )
+    details = models.JSONField(default=dict, blank=True, help_text="Logs, reasoning, extras.")
+    history = models.JSONField(
+        default=list, blank=True, help_text="Earlier values: [{outputs, origin, by, at}]."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = AnnotationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["project", "evaluator_slug"]),
+            models.Index(fields=["project", "evaluator"]),
+            models.Index(fields=["trace"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.evaluator_slug} on {self.trace_id}"
+
+    @property
+    def references(self) -> dict:
+        revision = self.revision
+        return {
+            "evaluator": {"id": self.evaluator_id, "slug": self.evaluator_slug},
+            "revision": revision.reference if revision else None,
+        }
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+class RunMetrics(models.Model):
+    """Statistics of a run: run-wide (no scenario, no bucket), per scenario, or per time bucket.
+
+    ``data`` maps ``step_key`` -> ``metric key`` -> statistics (see docs/metrics.md).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    scenario = models.ForeignKey(
+        Scenario, null=True, blank=True, on_delete=models.CASCADE, related_name="metrics"
+    )
+    bucket_start = models.DateTimeField(null=True, blank=True)
+    data = models.JSONField(default=dict)
+    refreshed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # One row run-wide (both NULL), one per scenario, one per bucket; NULLs compare
+            # equal so upserts (ON CONFLICT) work for all three.
+            models.UniqueConstraint(
+                fields=["run", "scenario", "bucket_start"],
+                nulls_distinct=False,
+                name="runmetrics_unique_row",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"metrics of run {self.run_id}"
+
+
+# --- online evaluation ------------------------------------------------------------------------
+
+
+class OnlineRule(models.Model):
+    """Evaluate new traces matching a filter with an evaluator revision, sampled by trace id."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="online_rules")
+    name = models.CharField(max_length=200)
+    revision = models.ForeignKey(
+        "evaluators.EvaluatorRevision", on_delete=models.PROTECT, related_name="online_rules"
+    )
+    filter = models.JSONField(
+        default=dict, blank=True, help_text="{name, attributes: {path: value}, since, until}"
+    )
+    sampling_rate = models.FloatField(default=1.0)
+    active = models.BooleanField(default=True)
+    paused_reason = models.CharField(max_length=500, blank=True)
+    run = models.OneToOneField(
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="online_rule",
+        help_text="The live run whose scenarios are the evaluated traces.",
+    )
+    bucket_seconds = models.PositiveIntegerField(default=3600)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

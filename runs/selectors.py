@@ -1,10 +1,142 @@
-"""Reads of runs for pages and APIs."""
+"""Reads of runs for pages and APIs: lists, the scenario table through the run's mappings."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
 from evalsite.models import Project
+from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Span
+
+OUTPUTS_PREFIX = "attributes.ag.data.outputs"
 
 
-def run_list_recent(*, project: Project, limit: int = 8) -> list:
-    # Runs arrive with the runs engine (issue 5); until then a project has none.
-    return []
+def run_list(*, project: Project, status: str = "", search: str = "") -> QuerySet[Run]:
+    runs = Run.objects.for_project(project).select_related(
+        "testset_version__testset", "application"
+    )
+    if status:
+        runs = runs.filter(status=status)
+    if search:
+        runs = runs.filter(Q(name__icontains=search) | Q(description__icontains=search))
+    return runs
+
+
+def run_list_recent(*, project: Project, limit: int = 8) -> list[Run]:
+    runs = list(run_list(project=project).filter(is_online=False)[:limit])
+    headline = {
+        m.run_id: m.data
+        for m in RunMetrics.objects.filter(run__in=runs, scenario=None, bucket_start=None)
+    }
+    for run in runs:
+        run.headline = headline_metrics(run, headline.get(run.pk, {}))
+    return runs
+
+
+def headline_metrics(run: Run, data: dict) -> list[dict]:
+    """One number per evaluator metric for lists: a rate for binary, a mean for numbers."""
+    lines = []
+    for mapping in run.mappings:
+        column = mapping["column"]
+        if column["kind"] != "annotation":
+            continue
+        key = mapping["step"]["path"].removeprefix(OUTPUTS_PREFIX + ".")
+        stats = data.get(mapping["step"]["key"], {}).get(key)
+        if not stats:
+            continue
+        if stats["type"] == "binary" and stats.get("rate") is not None:
+            lines.append(
+                {
+                    "name": column["name"],
+                    "value": stats["rate"],
+                    "format": "percent",
+                    "errors": stats["errors"],
+                }
+            )
+        elif stats["type"] in ("continuous", "discrete") and stats.get("mean") is not None:
+            lines.append(
+                {
+                    "name": column["name"],
+                    "value": stats["mean"],
+                    "format": "number",
+                    "errors": stats["errors"],
+                }
+            )
+    return lines
+
+
+def run_get(*, project: Project, run_id: int | str) -> Run | None:
+    if not str(run_id).isdigit():
+        return None
+    return run_list(project=project).filter(pk=int(run_id)).first()
+
+
+def dig(value: Any, path: list[str]) -> Any:
+    for part in path:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def scenario_rows(run: Run, scenarios: list[Scenario], repeat_idx: int = 0) -> list[dict]:
+    """The scenario table: each row's values read through the run's mappings.
+
+    Three queries for any number of rows: results, the invocation traces' root spans, and the
+    annotations. A cell whose evaluation failed carries its error, never a value.
+    """
+    ids = [s.pk for s in scenarios]
+    results = Result.objects.filter(
+        run=run, scenario_id__in=ids, repeat_idx__in=(0, repeat_idx)
+    ).only(
+        "scenario_id",
+        "step_key",
+        "repeat_idx",
+        "status",
+        "trace_id",
+        "annotation_id",
+        "error",
+        "duration_ms",
+    )
+    cells: dict[tuple, Result] = {}
+    for result in results:  # the asked repeat wins; input cells exist for repeat 0 only
+        key = (result.scenario_id, result.step_key)
+        if result.repeat_idx == repeat_idx or key not in cells:
+            cells[key] = result
+    trace_ids = [r.trace_id for r in cells.values() if r.trace_id]
+    roots = {
+        s.trace_id: s.attributes
+        for s in Span.objects.filter(trace_id__in=trace_ids, parent_id="").only(
+            "trace_id", "attributes"
+        )
+    }
+    annotation_ids = [r.annotation_id for r in cells.values() if r.annotation_id]
+    outputs = dict(Annotation.objects.filter(pk__in=annotation_ids).values_list("pk", "outputs"))
+    rows = []
+    for scenario in scenarios:
+        values, errors = {}, {}
+        for mapping in run.mappings:
+            name, step_key = mapping["column"]["name"], mapping["step"]["key"]
+            path = mapping["step"]["path"].split(".")
+            if mapping["column"]["kind"] == "input":
+                values[name] = (
+                    dig(scenario.inputs, path[1:])
+                    if path[0] == "data"
+                    else dig({"attributes": {"ag": {"data": {"inputs": scenario.inputs}}}}, path)
+                )
+                continue
+            result = cells.get((scenario.pk, step_key))
+            if result is None:
+                continue
+            if result.error:
+                errors[name] = result.error
+            elif result.annotation_id:
+                values[name] = dig(outputs.get(result.annotation_id), path[4:])
+            elif result.trace_id:
+                values[name] = dig({"attributes": roots.get(result.trace_id, {})}, path)
+        rows.append({"scenario": scenario, "values": values, "errors": errors})
+    return rows

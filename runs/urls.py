@@ -1,1 +1,3 @@
-urlpatterns = []
+from runs.views import runs, testsets, traces
+
+urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns]

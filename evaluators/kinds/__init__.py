@@ -3,6 +3,7 @@
 from evaluators.kinds import (  # noqa: F401
     contains_json,
     exact_match,
+    feedback,
     human,
     json_diff,
     json_field_match,

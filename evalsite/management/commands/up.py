@@ -37,6 +37,7 @@ class Command(BaseCommand):
                     "-A",
                     "evalsite",
                     "worker",
+                    "--beat",  # one beat: it re-dispatches runs whose messages were lost
                     "-l",
                     "info",
                     "-Q",

@@ -1,0 +1,265 @@
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html_join
+
+from evalsite.admin import pretty_json
+from runs import services
+from runs.models import (
+    Annotation,
+    Application,
+    OnlineRule,
+    Result,
+    Run,
+    RunMetrics,
+    RunStep,
+    Scenario,
+    Span,
+    Testset,
+    TestsetVersion,
+    Trace,
+)
+
+
+class TestsetVersionInline(admin.TabularInline):
+    model = TestsetVersion
+    fields = ["version", "row_count", "message", "created_by", "created_at"]
+    readonly_fields = fields
+    ordering = ["-version"]
+    extra, can_delete, show_change_link = 0, False, True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Testset)
+class TestsetAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "project", "head", "updated_at"]
+    list_filter = ["project"]
+    list_select_related = ["project", "head"]
+    search_fields = ["name", "slug", "description"]
+    readonly_fields = ["head", "created_by", "created_at", "updated_at"]
+    inlines = [TestsetVersionInline]
+
+    def has_delete_permission(self, request, obj=None):
+        # Delete through the page or API: runs.testsets.testset_delete refuses while runs use a
+        # version and deletes rows in SQL (the admin collector would load every row).
+        return False
+
+
+@admin.register(TestsetVersion)
+class TestsetVersionAdmin(admin.ModelAdmin):
+    """Read-only: versions are immutable. Rows are edited through the pages or the API."""
+
+    list_display = ["__str__", "project", "row_count", "message", "created_by", "created_at"]
+    list_filter = ["project"]
+    list_select_related = ["testset", "project", "created_by"]
+    search_fields = ["testset__slug", "testset__name", "message"]
+    readonly_fields = ["export"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Export")
+    def export(self, obj):
+        url = reverse("testset-export", args=[obj.project.slug, obj.testset.slug])
+        links = [
+            (f"{url}?format={f}&version={obj.version}", f.upper()) for f in ("csv", "json", "jsonl")
+        ]
+        return format_html_join(" · ", '<a href="{}">{}</a>', links)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records written by the engine and ingestion: inspect, never edit by hand."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class SpanInline(admin.TabularInline):
+    model = Span
+    fields = ["span_id", "parent_id", "name", "kind", "status", "start_time", "end_time"]
+    readonly_fields = fields
+    extra, can_delete = 0, False
+
+
+@admin.register(Trace)
+class TraceAdmin(ReadOnlyAdmin):
+    list_display = [
+        "trace_id",
+        "name",
+        "project",
+        "status",
+        "duration_ms",
+        "tokens",
+        "cost",
+        "span_count",
+        "source",
+        "start_time",
+    ]
+    list_filter = ["status", "source", "project"]
+    search_fields = ["trace_id", "name"]
+    inlines = [SpanInline]
+
+
+@admin.register(Span)
+class SpanAdmin(ReadOnlyAdmin):
+    list_display = ["name", "span_id", "trace", "kind", "status", "start_time"]
+    list_filter = ["kind", "status"]
+    search_fields = ["span_id", "name", "trace__trace_id"]
+    exclude = ["attributes"]
+    readonly_fields = ["attributes_pretty"]
+
+    @admin.display(description="Attributes")
+    def attributes_pretty(self, obj):
+        return pretty_json(obj.attributes)
+
+
+@admin.register(Application)
+class ApplicationAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "kind", "project", "created_at"]
+    list_filter = ["kind", "project"]
+    search_fields = ["name", "slug"]
+
+
+class RunStepInline(admin.TabularInline):
+    model = RunStep
+    fields = ["key", "type", "position", "revision"]
+    readonly_fields = fields
+    extra, can_delete = 0, False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "project",
+        "status",
+        "done_cells",
+        "total_cells",
+        "error_cells",
+        "closed",
+        "created_at",
+    ]
+    list_filter = ["status", "is_online", "closed", "project"]
+    search_fields = ["name", "description"]
+    readonly_fields = [
+        "status",
+        "testset_version",
+        "application",
+        "total_cells",
+        "done_cells",
+        "error_cells",
+        "scenario_count",
+        "mappings_pretty",
+        "error",
+        "started_at",
+        "finished_at",
+        "progressed_at",
+        "metrics_refreshed_at",
+    ]
+    exclude = ["mappings"]
+    inlines = [RunStepInline]
+    actions = ["cancel", "retry_failed", "refresh_metrics"]
+
+    @admin.display(description="Mappings")
+    def mappings_pretty(self, obj):
+        return pretty_json(obj.mappings)
+
+    @admin.action(description="Cancel selected runs")
+    def cancel(self, request, queryset):
+        for run in queryset:
+            services.run_cancel(run=run)
+
+    @admin.action(description="Retry failed cells")
+    def retry_failed(self, request, queryset):
+        from evalsite.errors import InvalidInput
+
+        for run in queryset:
+            try:
+                services.run_retry_failed(run=run)
+            except InvalidInput as exc:
+                self.message_user(request, f"{run}: {exc}", messages.WARNING)
+
+    @admin.action(description="Refresh metrics")
+    def refresh_metrics(self, request, queryset):
+        from runs import metrics
+
+        for run in queryset:
+            metrics.run_refresh(run=run)
+
+
+@admin.register(Scenario)
+class ScenarioAdmin(ReadOnlyAdmin):
+    list_display = ["run", "index", "status", "updated_at"]
+    list_filter = ["status"]
+    search_fields = ["run__name"]
+    exclude = ["inputs"]
+    readonly_fields = ["inputs_pretty"]
+
+    @admin.display(description="Inputs")
+    def inputs_pretty(self, obj):
+        return pretty_json(obj.inputs)
+
+
+@admin.register(Result)
+class ResultAdmin(ReadOnlyAdmin):
+    list_display = ["run", "scenario", "step_key", "repeat_idx", "status", "duration_ms"]
+    list_filter = ["status"]
+    search_fields = ["step_key", "run__name"]
+    exclude = ["error"]
+    readonly_fields = ["error_pretty"]
+
+    @admin.display(description="Error")
+    def error_pretty(self, obj):
+        return pretty_json(obj.error)
+
+
+@admin.register(Annotation)
+class AnnotationAdmin(ReadOnlyAdmin):
+    list_display = ["evaluator_slug", "revision", "trace", "origin", "channel", "created_at"]
+    list_filter = ["origin", "channel", "project"]
+    search_fields = ["evaluator_slug", "trace__trace_id"]
+    exclude = ["outputs", "history", "details"]
+    readonly_fields = ["outputs_pretty", "history_pretty", "details_pretty"]
+
+    @admin.display(description="Outputs")
+    def outputs_pretty(self, obj):
+        return pretty_json(obj.outputs)
+
+    @admin.display(description="History")
+    def history_pretty(self, obj):
+        return pretty_json(obj.history)
+
+    @admin.display(description="Details")
+    def details_pretty(self, obj):
+        return pretty_json(obj.details)
+
+
+@admin.register(RunMetrics)
+class RunMetricsAdmin(ReadOnlyAdmin):
+    list_display = ["run", "scenario", "bucket_start", "refreshed_at"]
+    exclude = ["data"]
+    readonly_fields = ["data_pretty"]
+
+    @admin.display(description="Statistics")
+    def data_pretty(self, obj):
+        return pretty_json(obj.data)
+
+
+@admin.register(OnlineRule)
+class OnlineRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "revision", "sampling_rate", "active", "paused_reason"]
+    list_filter = ["active", "project"]
+    search_fields = ["name"]

@@ -1,0 +1,1 @@
+"""Pages of the runs app, one module per area; each module exports its urlpatterns."""

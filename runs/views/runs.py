@@ -1,0 +1,279 @@
+"""Run pages: list with live progress, the new-run form, the run page, applications."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_POST
+
+from evalsite.errors import InvalidInput
+from evalsite.views import project_view
+from evaluators.models import Evaluator
+from runs import metrics, selectors, services
+from runs.applications import application_create
+from runs.models import Application, Run, RunMetrics, RunStatus, Testset
+
+# --- list -------------------------------------------------------------------------------------
+
+
+@project_view()
+def run_list(request, project):
+    status = request.GET.get("status", "")
+    runs = selectors.run_list(project=project, status=status, search=request.GET.get("q", "")).filter(is_online=False)
+    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    context = {
+        "project": project,
+        "page": page,
+        "status": status,
+        "q": request.GET.get("q", ""),
+        "statuses": RunStatus.choices,
+        "polling": any(run.is_active for run in page),
+    }
+    template = "runs/list.html#run-table" if request.htmx else "runs/list.html"
+    return render(request, template, context)
+
+
+# --- new ----------------------------------------------------------------------------------------
+
+
+class RunForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to testset × application.")
+    testset = forms.ModelChoiceField(queryset=Testset.objects.none(), empty_label="Choose a testset")
+    application = forms.ModelChoiceField(
+        queryset=Application.objects.none(), required=False, empty_label="— outputs from a column —",
+        help_text="What is evaluated. Leave empty to read outputs from a testset column.",
+    )
+    outputs_column = forms.CharField(
+        max_length=200, required=False, initial="outputs",
+        help_text="With no application: the testset column that holds the outputs.",
+    )
+    evaluators = forms.ModelMultipleChoiceField(
+        queryset=Evaluator.objects.none(), widget=forms.CheckboxSelectMultiple, required=False,
+        help_text="Each runs at its newest revision.",
+    )
+    repeats = forms.IntegerField(min_value=1, max_value=20, initial=1, help_text="Invoke and evaluate each row this many times.")
+
+    def __init__(self, project, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        self.fields["testset"].queryset = Testset.objects.for_project(project).filter(head__isnull=False)
+        self.fields["application"].queryset = Application.objects.for_project(project).exclude(kind=Application.Kind.LOGGED)
+        self.fields["evaluators"].queryset = Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback"))
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("application") and not data.get("outputs_column"):
+            self.add_error("outputs_column", "Choose an application or name the outputs column.")
+        return data
+
+    def application_for(self) -> Application:
+        if self.cleaned_data.get("application"):
+            return self.cleaned_data["application"]
+        column = self.cleaned_data["outputs_column"]
+        slug = f"column-{column}"[:100].lower().replace("_", "-").replace(" ", "-")
+        existing = Application.objects.filter(project=self.project, slug=slug).first()
+        return existing or application_create(
+            project=self.project, name=f"Column {column}", slug=slug, kind="column", config={"outputs_column": column}
+        )
+
+
+@project_view()
+def run_new(request, project):
+    form = RunForm(project, request.POST or None, initial={"testset": request.GET.get("testset")})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            run = services.run_create(
+                project=project,
+                name=data["name"],
+                testset_version=data["testset"].head,
+                application=form.application_for(),
+                revisions=[e.head for e in data["evaluators"]],
+                repeats=data["repeats"],
+                author=request.user,
+            )
+        except InvalidInput as exc:
+            for field, reasons in exc.fields.items():
+                form.add_error(field if field in form.fields else None, reasons[0])
+        else:
+            services.run_start(run=run)
+            messages.success(request, f"Run {run.name} queued.")
+            return redirect("run-detail", project.slug, run.pk)
+    return render(request, "runs/new.html", {"project": project, "form": form})
+
+
+# --- the run page -------------------------------------------------------------------------------
+
+
+def _run_or_404(project, run_id) -> Run:
+    run = selectors.run_get(project=project, run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _cards(run: Run, data: dict) -> list[dict]:
+    """One card per evaluator metric, drawn from the stored statistics."""
+    cards = []
+    for mapping in run.mappings:
+        if mapping["column"]["kind"] != "annotation":
+            continue
+        key = mapping["step"]["path"].removeprefix(metrics.OUTPUTS_PREFIX + ".")
+        stats = data.get(mapping["step"]["key"], {}).get(key)
+        if stats:
+            cards.append({"name": mapping["column"]["name"], "stats": stats, "chart": _chart(stats)})
+    return cards
+
+
+def _chart(stats: dict) -> str:
+    if stats.get("histogram"):
+        bins = stats["histogram"]
+        config = {"type": "bar", "labels": [f"{b['start']:.2g}" for b in bins], "data": [b["count"] for b in bins]}
+    elif stats.get("type") == "binary" and stats.get("count"):
+        config = {"type": "bar", "labels": ["true", "false"], "data": [stats["true"], stats["false"]], "colors": ["success", "failure"]}
+    elif stats.get("frequencies"):
+        config = {"type": "bar", "labels": [f["value"] for f in stats["frequencies"][:8]], "data": [f["count"] for f in stats["frequencies"][:8]]}
+    else:
+        return ""
+    return json.dumps(config)
+
+
+@project_view()
+def run_detail(request, project, run_id):
+    run = _run_or_404(project, run_id)
+    if not run.is_active and metrics.run_metrics_stale(run):
+        metrics.run_refresh(run=run)
+        run.refresh_from_db()
+    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
+    data = row.data if row else {}
+    page = Paginator(run.scenarios.order_by("index"), 50).get_page(request.GET.get("page"))
+    rows = selectors.scenario_rows(run, list(page))
+    invocation = next((v for k, v in data.items() if k.startswith("application-")), {})
+    context = {
+        "project": project,
+        "run": run,
+        "cards": _cards(run, data),
+        "invocation": invocation,
+        "columns": run.mappings,
+        "rows": rows,
+        "page": page,
+        "can_edit": request.role in ("editor", "owner"),
+        "evaluators": Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback")),
+    }
+    if request.htmx and request.GET.get("region") == "run-scenarios":
+        return render(request, "runs/detail.html#run-scenarios", context)
+    return render(request, "runs/detail.html", context)
+
+
+@project_view()
+def run_progress(request, project, run_id):
+    """The polled header region; when the run has ended it tells htmx to stop polling and
+    refresh the page so the metrics appear."""
+    run = _run_or_404(project, run_id)
+    response = render(request, "runs/detail.html#run-progress", {"project": project, "run": run})
+    if request.htmx and not run.is_active and request.GET.get("was") == "active":
+        response["HX-Refresh"] = "true"
+    return response
+
+
+def _run_action(service, done: str):
+    @require_POST
+    @project_view()
+    def view(request, project, run_id):
+        run = _run_or_404(project, run_id)
+        try:
+            service(run=run)
+        except InvalidInput as exc:
+            messages.error(request, next(iter(exc.fields.values()))[0])
+        else:
+            messages.success(request, done)
+        return redirect("run-detail", project.slug, run.pk)
+
+    return view
+
+
+run_cancel = _run_action(services.run_cancel, "Run cancelled.")
+run_retry = _run_action(services.run_retry_failed, "Failed cells queued again.")
+run_close = _run_action(services.run_close, "Run closed; it is read-only now.")
+
+
+@require_POST
+@project_view()
+def run_metrics_refresh(request, project, run_id):
+    metrics.run_refresh(run=_run_or_404(project, run_id))
+    messages.success(request, "Metrics refreshed.")
+    return redirect("run-detail", project.slug, run_id)
+
+
+@require_POST
+@project_view()
+def run_add_evaluator(request, project, run_id):
+    run = _run_or_404(project, run_id)
+    evaluator = Evaluator.objects.for_project(project).filter(pk=request.POST.get("evaluator") or 0).first()
+    if evaluator is None:
+        messages.error(request, "Choose an evaluator of this project.")
+        return redirect("run-detail", project.slug, run.pk)
+    try:
+        services.run_add_evaluators(run=run, revisions=[evaluator.head])
+    except InvalidInput as exc:
+        messages.error(request, next(iter(exc.fields.values()))[0])
+    else:
+        messages.success(request, f"{evaluator.name} added; only its cells are computed.")
+    return redirect("run-detail", project.slug, run.pk)
+
+
+# --- applications -------------------------------------------------------------------------------
+
+
+class ApplicationForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(choices=Application.Kind.choices)
+    config = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "data-editor": "json", "class": "mono"}), initial="{}",
+        help_text='column: {"outputs_column": "outputs"} · http: {"url": "https://…", "headers": {}, "outputs_path": "outputs"}',
+    )
+
+    def clean_config(self):
+        try:
+            value = json.loads(self.cleaned_data["config"] or "{}")
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}")
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The configuration must be a JSON object.")
+        return value
+
+
+@project_view()
+def application_list(request, project):
+    form = ApplicationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            app = application_create(project=project, **form.cleaned_data)
+        except InvalidInput as exc:
+            for field, reasons in exc.fields.items():
+                form.add_error("config" if field.startswith("config") else None, f"{field}: {reasons[0]}")
+        else:
+            messages.success(request, f"Application {app.name} created.")
+            return redirect("application-list", project.slug)
+    apps = Application.objects.for_project(project)
+    return render(request, "runs/applications.html", {"project": project, "applications": apps, "form": form})
+
+
+urlpatterns = [
+    path("runs/", run_list, name="run-list"),
+    path("runs/new", run_new, name="run-new"),
+    path("runs/<int:run_id>/", run_detail, name="run-detail"),
+    path("runs/<int:run_id>/progress", run_progress, name="run-progress"),
+    path("runs/<int:run_id>/cancel", run_cancel, name="run-cancel"),
+    path("runs/<int:run_id>/retry", run_retry, name="run-retry"),
+    path("runs/<int:run_id>/close", run_close, name="run-close"),
+    path("runs/<int:run_id>/metrics/refresh", run_metrics_refresh, name="run-metrics-refresh"),
+    path("runs/<int:run_id>/evaluators", run_add_evaluator, name="run-add-evaluator"),
+    path("applications/", application_list, name="application-list"),
+]

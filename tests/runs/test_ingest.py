@@ -1,0 +1,307 @@
+"""Native trace ingestion, the tree and its metrics, trace_dict and trace_record."""
+
+import copy
+
+import pytest
+
+from evalsite.errors import InvalidInput
+from evaluators.samples import SAMPLE_TRACE
+from runs.ingest import TooLarge, trace_dict, trace_ingest, trace_record
+from runs.models import Span, Trace
+
+T = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def span(span_id, parent_id=None, *, start="10:00:00", end="10:00:01", **extra):
+    return {
+        "trace_id": T,
+        "span_id": span_id,
+        "parent_id": parent_id,
+        "name": extra.pop("name", span_id),
+        "kind": extra.pop("kind", "task"),
+        "start_time": f"2026-11-20T{start}Z",
+        "end_time": f"2026-11-20T{end}Z" if end else None,
+        **extra,
+    }
+
+
+def llm(span_id, parent_id, prompt, completion, cost=None, **extra):
+    unit = {"tokens": {"prompt": prompt, "completion": completion}}
+    if cost is not None:
+        unit["costs"] = {"total": cost}
+    return span(
+        span_id, parent_id, kind="llm", attributes={"ag": {"metrics": {"unit": unit}}}, **extra
+    )
+
+
+def metrics(data, *path):
+    node = data["spans"]
+    for span_id in path[:-1]:
+        node = node[span_id]["children"]
+    return node[path[-1]]["attributes"]["ag"]["metrics"]
+
+
+def test_it_stores_flat_spans_as_a_tree(project):
+    [trace] = trace_ingest(
+        project=project,
+        spans=[
+            span("root", name="rag", kind="workflow", end="10:00:02"),
+            span("retrieve", "root", start="10:00:00.100000", end="10:00:00.300000"),
+            llm("chat", "root", 40, 10, cost=0.001, start="10:00:00.400000", end="10:00:01.900000"),
+        ],
+    )
+    assert (trace.name, trace.root_span_id, trace.span_count) == ("rag", "root", 3)
+    assert trace.duration_ms == 2000.0 and trace.tokens == 50 and trace.cost == 0.001
+    data = trace_dict(trace)
+    root = data["spans"]["root"]
+    assert list(root["children"]) == ["retrieve", "chat"]
+    assert root["parent_id"] is None and root["children"]["chat"]["parent_id"] == "root"
+    assert root["start_time"] == "2026-11-20T10:00:00.000Z"
+    assert root["children"]["retrieve"]["start_time"] == "2026-11-20T10:00:00.100Z"
+    assert root["attributes"]["ag"]["metrics"]["unit"] == {"duration": {"total": 2000.0}}
+    assert root["attributes"]["ag"]["metrics"]["acc"] == {
+        "duration": {"total": 2000.0},
+        "tokens": {"prompt": 40, "completion": 10, "total": 50},
+        "costs": {"total": 0.001},
+    }
+
+
+def test_it_takes_the_nested_contract_shape_and_gives_it_back(project):
+    [trace] = trace_ingest(project=project, spans=[SAMPLE_TRACE])
+    data = trace_dict(trace)
+    assert data["trace_id"] == SAMPLE_TRACE["trace_id"]
+    expected = copy.deepcopy(SAMPLE_TRACE["spans"])
+    root = data["spans"]["a1b2c3d4e5f60001"]
+    assert set(root["children"]) == set(expected["a1b2c3d4e5f60001"]["children"])
+    assert (
+        root["attributes"]["ag"]["data"] == expected["a1b2c3d4e5f60001"]["attributes"]["ag"]["data"]
+    )
+    assert root["attributes"]["ag"]["metrics"] == {
+        "unit": {"duration": {"total": 1234.5}},
+        "acc": expected["a1b2c3d4e5f60001"]["attributes"]["ag"]["metrics"]["acc"],
+    }
+    chat = root["children"]["a1b2c3d4e5f60003"]
+    assert chat["attributes"]["gen_ai.request.model"] == "gpt-4o-mini"
+    assert list(chat["attributes"]) == ["ag", "gen_ai.request.model"]
+    assert list(chat["attributes"]["ag"]) == ["data", "metrics", "meta"]
+    # Re-ingesting what trace_dict returns changes nothing.
+    trace_ingest(project=project, spans=[data])
+    assert trace_dict(Trace.objects.get()) == data
+
+
+def test_it_unnests_children_given_inline_with_a_flat_span(project):
+    root = {**span("root"), "children": [llm("chat", None, 3, 4), span("tool", "elsewhere")]}
+    [trace] = trace_ingest(project=project, spans=[root])
+    children = trace_dict(trace)["spans"]["root"]["children"]
+    assert list(children) == ["chat", "tool"] and children["tool"]["parent_id"] == "root"
+    assert trace.tokens == 7
+
+
+def test_it_accumulates_when_children_arrive_in_a_later_request(project):
+    trace_ingest(project=project, spans=[span("root", end="10:00:05")])
+    trace_ingest(project=project, spans=[span("agent", "root", end="10:00:04")])
+    [trace] = trace_ingest(
+        project=project,
+        spans=[llm("a", "agent", 10, 5, cost=0.25), llm("b", "agent", 20, 5, cost=0.5)],
+    )
+    data = trace_dict(trace)
+    assert metrics(data, "root")["acc"]["tokens"] == {"prompt": 30, "completion": 10, "total": 40}
+    assert metrics(data, "root")["acc"]["costs"] == {"total": 0.75}
+    assert metrics(data, "root", "agent")["acc"]["tokens"]["total"] == 40
+    assert metrics(data, "root", "agent", "a")["unit"]["tokens"]["total"] == 15
+    assert "tokens" not in metrics(data, "root")["unit"]
+    trace.refresh_from_db()
+    assert (trace.span_count, trace.tokens, trace.cost) == (4, 40, 0.75)
+
+
+def test_it_keeps_an_orphan_until_its_parent_arrives(project):
+    [trace] = trace_ingest(
+        project=project, spans=[llm("child", "parent", 7, 3, start="10:00:01", end="10:00:02")]
+    )
+    data = trace_dict(trace)
+    assert list(data["spans"]) == ["child"]
+    assert data["spans"]["child"]["parent_id"] == "parent"
+    assert (trace.name, trace.root_span_id) == ("child", "child")
+
+    trace_ingest(project=project, spans=[span("parent", start="10:00:00", end="10:00:03")])
+    data = trace_dict(Trace.objects.get())
+    assert list(data["spans"]) == ["parent"]
+    assert list(data["spans"]["parent"]["children"]) == ["child"]
+    assert metrics(data, "parent")["acc"]["tokens"]["total"] == 10
+    assert Trace.objects.get().root_span_id == "parent"
+
+
+def test_it_puts_the_real_root_before_orphans(project):
+    [trace] = trace_ingest(
+        project=project,
+        spans=[span("late-orphan", "missing", start="09:00:00", end="09:00:01"), span("root")],
+    )
+    assert list(trace_dict(trace)["spans"]) == ["root", "late-orphan"]
+    assert trace.name == "root"
+
+
+def test_it_survives_a_parent_cycle(project):
+    [trace] = trace_ingest(project=project, spans=[span("a", "b"), span("b", "a")])
+    data = trace_dict(trace)
+    assert list(data["spans"]) == ["a"] and list(data["spans"]["a"]["children"]) == ["b"]
+
+
+def test_it_upserts_a_resent_span(project):
+    trace_ingest(project=project, spans=[span("root"), llm("chat", "root", 10, 10)])
+    trace_ingest(project=project, spans=[span("root"), llm("chat", "root", 10, 10)])
+    assert Span.objects.count() == 2 and Trace.objects.count() == 1
+    trace_ingest(
+        project=project,
+        spans=[llm("chat", "root", 100, 10, status="error", status_message="rate limited")],
+    )
+    trace = Trace.objects.get()
+    assert (trace.tokens, trace.status, trace.span_count) == (110, "error", 2)
+    data = trace_dict(trace)
+    assert metrics(data, "root")["acc"]["tokens"]["total"] == 110
+    assert data["spans"]["root"]["children"]["chat"]["status_message"] == "rate limited"
+
+
+def test_it_keeps_traces_apart_per_project(project, other_project):
+    trace_ingest(project=project, spans=[span("root")])
+    trace_ingest(project=other_project, spans=[span("root", name="theirs")])
+    assert Trace.objects.filter(trace_id=T).count() == 2
+    assert Trace.objects.get(project=project).name == "root"
+
+
+def test_it_fills_duration_and_genai_tokens_and_data_from_attributes(project):
+    attributes = {
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 8,
+        "input.value": '{"question": "2+2?"}',
+        "input.mime_type": "application/json",
+        "output.value": "4",
+        "ag.meta.env": "prod",
+    }
+    [trace] = trace_ingest(
+        project=project,
+        spans=[span("root", start="10:00:00", end="10:00:00.250000", attributes=attributes)],
+    )
+    root = trace_dict(trace)["spans"]["root"]
+    ag = root["attributes"]["ag"]
+    assert ag["data"] == {"inputs": {"question": "2+2?"}, "outputs": "4"}
+    assert ag["meta"] == {"env": "prod", "model": "gpt-4o-mini", "system": "openai"}
+    assert ag["metrics"]["unit"] == {
+        "duration": {"total": 250.0},
+        "tokens": {"prompt": 12, "completion": 8, "total": 20},
+    }
+    assert root["attributes"]["gen_ai.usage.input_tokens"] == 12
+    assert "input.value" not in root["attributes"] and "ag.meta.env" not in root["attributes"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"start_time": "yesterday"}, "spans[1].start_time: invalid datetime"),
+        ({"span_id": ""}, "spans[1].span_id: String should have at least 1 character"),
+        ({"end_time": "2026-11-20T09:00:00Z"}, "spans[1].end_time: is before start_time"),
+        ({"status": "maybe"}, "spans[1].status: Input should be 'ok' or 'error'"),
+        (
+            {"attributes": {"ag": {"metrics": {"unit": {"tokens": {"prompt": "many"}}}}}},
+            "spans[1].attributes.ag.metrics.unit.tokens.prompt: must be a number",
+        ),
+    ],
+)
+def test_it_names_the_first_bad_field_and_stores_nothing(project, bad, message):
+    with pytest.raises(InvalidInput) as caught:
+        trace_ingest(project=project, spans=[span("root"), {**span("child", "root"), **bad}])
+    assert str(caught.value) == message
+    assert not Trace.objects.exists() and not Span.objects.exists()
+
+
+def test_it_names_a_missing_field_inside_a_nested_trace(project):
+    broken = copy.deepcopy(SAMPLE_TRACE)
+    del broken["spans"]["a1b2c3d4e5f60001"]["children"]["a1b2c3d4e5f60002"]["name"]
+    with pytest.raises(InvalidInput) as caught:
+        trace_ingest(project=project, spans=[broken])
+    assert str(caught.value) == (
+        "spans[0].spans.a1b2c3d4e5f60001.children.a1b2c3d4e5f60002.name: required"
+    )
+
+
+def test_it_refuses_more_spans_than_the_limit(project, settings):
+    settings.EVALSITE_TRACE_MAX_SPANS = 2
+    with pytest.raises(TooLarge, match="3 spans in one request; the limit is 2"):
+        trace_ingest(project=project, spans=[span("a"), span("b"), span("c")])
+    assert not Span.objects.exists()
+
+
+def test_it_refuses_oversized_attributes(project, settings):
+    settings.EVALSITE_TRACE_MAX_ATTRIBUTES_BYTES = 1000
+    big = span("big", "root", attributes={"ag": {"data": {"inputs": "x" * 2000}}})
+    with pytest.raises(TooLarge, match=r"spans\[1\]\.attributes: \d+ bytes of JSON"):
+        trace_ingest(project=project, spans=[span("root"), big])
+    assert not Span.objects.exists()
+
+
+def test_it_refuses_what_postgres_cannot_store(project):
+    nul = span("root", attributes={"note": "a\x00b"})
+    with pytest.raises(InvalidInput, match="NUL"):
+        trace_ingest(project=project, spans=[nul])
+    nan = span("root", attributes={"score": float("nan")})
+    with pytest.raises(InvalidInput, match="not storable as JSON"):
+        trace_ingest(project=project, spans=[nan])
+
+
+def test_it_reads_a_trace_in_one_query(project, django_assert_num_queries):
+    spans = [span("root")] + [llm(f"c{i}", "root", 1, 1) for i in range(30)]
+    [trace] = trace_ingest(project=project, spans=spans)
+    with django_assert_num_queries(1):
+        data = trace_dict(trace)
+    assert len(data["spans"]["root"]["children"]) == 30
+
+
+def test_it_ingests_a_batch_with_a_fixed_number_of_queries(project, django_assert_max_num_queries):
+    batch = [
+        {**span(f"s{t}-{i}", f"s{t}-0" if i else None), "trace_id": f"{t:032x}"}
+        for t in range(20)
+        for i in range(5)
+    ]
+    with django_assert_max_num_queries(6):
+        traces = trace_ingest(project=project, spans=batch)
+    assert len(traces) == 20 and Span.objects.count() == 100
+
+
+def test_it_records_an_invocation_in_two_inserts(project, django_assert_num_queries):
+    with django_assert_num_queries(2):
+        trace = trace_record(
+            project=project,
+            name="capital-qa",
+            inputs={"country": "France"},
+            outputs="Paris",
+            duration_ms=1234.5,
+            tokens={"prompt": 42, "completion": 9},
+            costs=0.0004,
+            children=[
+                {
+                    "name": "chat",
+                    "kind": "llm",
+                    "start_time": "2026-11-20T10:00:00Z",
+                    "attributes": {"gen_ai.usage.input_tokens": 5},
+                }
+            ],
+        )
+    assert (trace.source, trace.span_count, trace.duration_ms) == ("invocation", 2, 1234.5)
+    data = trace_dict(trace)
+    [root] = data["spans"].values()
+    ag = root["attributes"]["ag"]
+    assert ag["data"] == {"inputs": {"country": "France"}, "outputs": "Paris"}
+    assert ag["metrics"]["unit"]["duration"] == {"total": 1234.5}
+    assert ag["metrics"]["unit"]["tokens"] == {"prompt": 42, "completion": 9, "total": 51}
+    assert ag["metrics"]["acc"]["tokens"] == {"prompt": 47, "completion": 9, "total": 56}
+    assert [c["name"] for c in root["children"].values()] == ["chat"]
+
+
+def test_it_records_a_failed_invocation(project):
+    error = {"code": "timeout", "type": "TimeoutError", "message": "no answer in 10 s"}
+    trace = trace_record(project=project, name="app", inputs={}, outputs=None, error=error)
+    [root] = trace_dict(trace)["spans"].values()
+    assert (trace.status, root["status"]) == ("error", "error")
+    assert root["status_message"] == "no answer in 10 s"
+    assert root["attributes"]["ag"]["meta"]["error"] == error
