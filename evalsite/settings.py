@@ -115,7 +115,10 @@ CELERY_TASK_ROUTES = {
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 900)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BEAT_SCHEDULE = {
-    "resume-stalled-runs": {"task": "runs.tasks.runs_resume_stalled", "schedule": 60.0},
+    "resume-stalled-runs": {
+        "task": "runs.tasks.runs_resume_stalled",
+        "schedule": env_float("EVALSITE_STALL_CHECK_SECONDS", 60.0),
+    },
 }
 
 # --- Auth, sessions, security ------------------------------------------------------------------

@@ -81,6 +81,11 @@ class EvaluatorRevision(models.Model):
         blank=True,
         help_text="Example cases checked at save time: inputs, outputs, trace, expected.",
     )
+    examples_report = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="How each example case fared when this revision was saved.",
+    )
     message = models.CharField(max_length=500, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

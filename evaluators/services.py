@@ -18,7 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
 from evaluators.kinds import get_kind
-from evaluators.kinds.base import REGISTRY, Kind, KindParameters
+from evaluators.kinds.base import REGISTRY, Kind, KindParameters, Raw
 from evaluators.models import Evaluator, EvaluatorRevision, Preset
 from evaluators.normalize import DEFAULT_THRESHOLD, EvaluationError, normalize
 
@@ -112,7 +112,8 @@ def evaluator_create(
     kind_obj = kind_resolve(kind)
     if not name.strip():
         raise InvalidInput({"name": ["This field is required."]})
-    values = preset_parameters(kind_obj, preset, project) if preset else {}
+    values = dict(kind_obj.new_defaults)
+    values.update(preset_parameters(kind_obj, preset, project) if preset else {})
     values.update(parameters or {})
     parsed = parameters_validate(kind_obj, values)
     if slug and Evaluator.objects.filter(project=project, slug=slug).exists():
@@ -171,10 +172,16 @@ def evaluator_revise(
 
 
 def _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schema, examples):
+    if kind_obj.check is not None:
+        problems = kind_obj.check(parsed)
+        if problems:
+            raise InvalidInput(problems)
     schemas = schemas_for(kind_obj, parsed)
     if outputs_schema is not None:
         _check_schema(outputs_schema, "outputs_schema")
         schemas["outputs"] = outputs_schema
+    examples = examples_validate(examples or [])
+    report = examples_run(kind_obj, parsed, examples, evaluator.project) if examples else []
     last = evaluator.revisions.order_by("-version").values_list("version", flat=True).first() or 0
     revision = EvaluatorRevision.objects.create(
         project_id=evaluator.project_id,
@@ -184,13 +191,80 @@ def _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schem
         kind=kind_obj.key,
         parameters=parsed.model_dump(mode="json"),
         schemas=schemas,
-        examples=examples or [],
+        examples=examples,
+        examples_report=report,
         message=message[:500],
         author=_person(author),
     )
     Evaluator.objects.filter(pk=evaluator.pk).update(head=revision, updated_at=timezone.now())
     evaluator.head = revision
     return revision
+
+
+def examples_validate(examples: Any) -> list[dict[str, Any]]:
+    """Example cases: ``[{name?, inputs, outputs, trace?, expected: {success?, score?, outputs?}}]``."""
+    if not isinstance(examples, list):
+        raise InvalidInput({"examples": ["must be a list of example cases"]})
+    for i, case in enumerate(examples):
+        if not isinstance(case, dict) or not isinstance(case.get("inputs", {}), dict):
+            raise InvalidInput(
+                {
+                    f"examples.{i}": [
+                        "each case is an object with inputs (an object), outputs, expected"
+                    ]
+                }
+            )
+        expected = case.get("expected", {})
+        if not isinstance(expected, dict) or not set(expected) <= {
+            "success",
+            "score",
+            "outputs",
+            "status",
+        }:
+            raise InvalidInput(
+                {
+                    f"examples.{i}.expected": [
+                        'give success, score, outputs or status (e.g. {"success": true})'
+                    ]
+                }
+            )
+    return examples
+
+
+def examples_run(
+    kind_obj: Kind, parsed: KindParameters, examples: list[dict], project
+) -> list[dict]:
+    """Evaluate every example case with these parameters; say which pass and why not."""
+    items = [(case.get("inputs", {}), case.get("outputs"), case.get("trace")) for case in examples]
+    results = evaluations_invoke_many(
+        kind=kind_obj.key, parameters=parsed.model_dump(mode="json"), items=items, project=project
+    )
+    return [
+        _example_verdict(i, case, result)
+        for i, (case, result) in enumerate(zip(examples, results, strict=True))
+    ]
+
+
+def _example_verdict(index: int, case: dict, result: Evaluation) -> dict[str, Any]:
+    expected = case.get("expected", {})
+    outputs = result.outputs or {}
+    problems = []
+    if expected.get("status", "success") != result.status:
+        problems.append(f"status {result.status}, expected {expected.get('status', 'success')}")
+    for key in ("success", "score"):
+        if key in expected and outputs.get(key) != expected[key]:
+            problems.append(f"{key} {outputs.get(key)!r}, expected {expected[key]!r}")
+    if "outputs" in expected and outputs != expected["outputs"]:
+        problems.append("outputs differ from the expected outputs")
+    return {
+        "index": index,
+        "name": case.get("name") or f"case {index + 1}",
+        "passed": not problems,
+        "problems": problems,
+        "status": result.status,
+        "outputs": result.outputs,
+        "error": result.error,
+    }
 
 
 def _check_schema(schema: Any, field_name: str) -> None:
@@ -276,17 +350,6 @@ def evaluations_invoke_many(
     threshold = getattr(parsed, "threshold", None)
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     return [_finish(raw, threshold, schema) for raw in raws]
-
-
-@dataclass
-class Raw:
-    """What a kind produced for one item before normalisation."""
-
-    value: Any = None
-    error: BaseException | None = None
-    duration_ms: float = 0.0
-    logs: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _call(kind_obj: Kind, parsed: KindParameters, item) -> Raw:

@@ -1,6 +1,7 @@
 """Every evaluator kind, registered on import. Add a new kind's module here."""
 
 from evaluators.kinds import (  # noqa: F401
+    code,
     contains_json,
     exact_match,
     feedback,

@@ -77,6 +77,17 @@ def ground_truth(parameters: GroundTruthParameters, inputs: dict[str, Any]) -> A
     return inputs[key]
 
 
+@dataclass
+class Raw:
+    """What a batch kind produced for one item before normalisation: a value or an error."""
+
+    value: Any = None
+    error: BaseException | None = None
+    duration_ms: float = 0.0
+    logs: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class PresetSpec:
     slug: str
@@ -99,8 +110,14 @@ class Kind:
     needs_model: bool = False
     executes: bool = True  # False for human feedback: nothing runs, people annotate
     category: str = "builtin"
-    # Optional batch entry point: (parameters, [(inputs, outputs, trace)], context) -> [raw or exc]
+    # Optional batch entry point: (parameters, [(inputs, outputs, trace)], context) -> [Raw]
     evaluate_many: Callable | None = None
+    # Values a NEW evaluator starts with, beyond the model's defaults (code: interface version 2,
+    # while a stored revision without a version means the legacy version 1).
+    new_defaults: dict[str, Any] = field(default_factory=dict)
+    # Checks that need more than the model, run before a revision is saved: parameters -> problems
+    # as {field: [reasons]} (code: syntax errors with line numbers).
+    check: Callable[[Any], dict[str, list[str]]] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def parse(self, raw: dict[str, Any] | None) -> KindParameters:

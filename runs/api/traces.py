@@ -70,7 +70,7 @@ def _body(request) -> bytes:
 # --- native ingestion, list -----------------------------------------------------------------
 
 
-class TraceSerializer(serializers.ModelSerializer):
+class TraceSummarySerializer(serializers.ModelSerializer):
     class Meta:
         model = Trace
         fields = [
@@ -139,18 +139,18 @@ LIST_PARAMETERS = [
 
 class TraceListView(generics.GenericAPIView):
     queryset = Trace.objects.none()
-    serializer_class = TraceSerializer
+    serializer_class = TraceSummarySerializer
 
     @extend_schema(
         parameters=LIST_PARAMETERS,
-        responses={200: TraceSerializer(many=True), **ERROR_RESPONSES},
+        responses={200: TraceSummarySerializer(many=True), **ERROR_RESPONSES},
         tags=["traces"],
     )
     def get(self, request):
         """Trace summaries of the project, newest first, cursor-paginated."""
         traces = trace_list(project=request.project, **_filters(request.query_params))
         page = self.paginate_queryset(traces.order_by("-id"))
-        return self.get_paginated_response(TraceSerializer(page, many=True).data)
+        return self.get_paginated_response(TraceSummarySerializer(page, many=True).data)
 
     @extend_schema(
         request=INGEST_REQUEST,

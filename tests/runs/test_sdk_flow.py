@@ -33,7 +33,7 @@ def _sdk_run(api, project):
 
 
 def test_it_fills_columns_for_an_evaluator_without_a_schema(api, project):
-    run, steps = _sdk_run(api, project)
+    run, _ = _sdk_run(api, project)
     table = api.get(f"/api/v1/runs/{run['id']}/scenarios").json()
     names = {c["column"]["name"]: c for c in table["columns"]}
     assert {"my-judge.score", "my-judge.success", "my-judge.label"} <= set(names)

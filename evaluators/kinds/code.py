@@ -1,0 +1,207 @@
+"""Custom code: an ``evaluate`` function in Python, JavaScript or TypeScript, run in the sandbox.
+
+Interface v2 (the default for new evaluators): ``evaluate(inputs, outputs, trace)``.
+Interface v1 (legacy; what a stored revision without ``version`` means):
+``evaluate(app_params, inputs, output, correct_answer)`` with
+``correct_answer = inputs[correct_answer_key]``. Return values are normalised like every other
+kind's. Evaluations of one batch go to a warm sandbox worker in one message (evaluators.sandbox).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from evaluators.kinds.base import (
+    GroundTruthParameters,
+    Kind,
+    PresetSpec,
+    Raw,
+    register,
+    ui,
+)
+from evaluators.normalize import EvaluationError
+
+Runtime = Literal["python", "javascript", "typescript"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "evaluators"
+
+
+def _example(name: str) -> str:
+    """Preset code lives in examples/evaluators/, where the tests run every file."""
+    return (EXAMPLES / name).read_text()
+
+
+PYTHON_DEFAULT = _example("exact_match.py")
+JAVASCRIPT_DEFAULT = _example("exact_match.js")
+TYPESCRIPT_DEFAULT = _example("exact_match.ts")
+
+
+class Parameters(GroundTruthParameters):
+    runtime: Runtime = Field("python", json_schema_extra=ui(widget="choice"))
+    code: str = Field(
+        PYTHON_DEFAULT, description="Defines evaluate().", json_schema_extra=ui(widget="code")
+    )
+    threshold: float = Field(
+        0.5,
+        description="A returned number x succeeds when x >= threshold (ints allowed).",
+        json_schema_extra=ui(advanced=True),
+    )
+    timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="Wall-clock limit per evaluation.",
+        json_schema_extra=ui(advanced=True),
+    )
+    version: Literal["1", "2"] | None = Field(
+        None,
+        description="Interface version: 2 is evaluate(inputs, outputs, trace); missing means 1.",
+        json_schema_extra=ui(hidden=True),
+    )
+
+
+def _version(parameters: Parameters) -> str:
+    return parameters.version or "1"
+
+
+def _revision_key(parameters: Parameters) -> str:
+    # Workers compile each key once; the key must change whenever the code or interface does.
+    import hashlib
+
+    digest = hashlib.sha256(
+        f"{parameters.runtime}\0{_version(parameters)}\0{parameters.code}".encode()
+    )
+    return digest.hexdigest()[:32]
+
+
+def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
+    from evaluators import sandbox
+
+    project = context.get("project")
+    calls = [
+        {
+            "inputs": inputs,
+            "outputs": outputs,
+            "trace": trace,
+            "app_params": {},
+            "correct_answer": inputs.get(parameters.correct_answer_key),
+        }
+        for inputs, outputs, trace in items
+    ]
+    try:
+        results = sandbox.run_batch(
+            project_key=str(project.pk if project else "adhoc"),
+            runtime=parameters.runtime,
+            code=parameters.code,
+            revision_key=_revision_key(parameters),
+            version=_version(parameters),
+            calls=calls,
+            timeout_s=parameters.timeout_s,
+        )
+    except sandbox.SandboxUnavailable as exc:
+        error = EvaluationError(str(exc), code="sandbox_unavailable")
+        return [Raw(error=error) for _ in items]
+    return [
+        _raw(result, parameters, inputs)
+        for result, (inputs, _, _) in zip(results, items, strict=True)
+    ]
+
+
+def _raw(result, parameters: Parameters, inputs: dict) -> Raw:
+    if result.status == "success":
+        return Raw(value=result.value, duration_ms=result.duration_ms, logs=result.logs)
+    error = dict(result.error or {})
+    if (
+        _version(parameters) == "1"
+        and parameters.correct_answer_key not in inputs
+        and error.get("code") == "evaluator_exception"
+    ):
+        error["message"] += (
+            f" (v1 passes inputs[{parameters.correct_answer_key!r}], which is missing)"
+        )
+    exc = EvaluationError(
+        error.get("message", "the evaluation failed"),
+        code=error.get("code", "evaluator_exception"),
+        type=error.get("type", ""),
+        stacktrace=error.get("stacktrace", ""),
+    )
+    return Raw(error=exc, duration_ms=result.duration_ms, logs=result.logs)
+
+
+def check(parameters: Parameters) -> dict[str, list[str]]:
+    """Syntax and load errors, with line numbers, before anything is saved."""
+    from evaluators import sandbox
+
+    try:
+        problems = sandbox.check_code(runtime=parameters.runtime, code=parameters.code)
+    except sandbox.SandboxUnavailable as exc:
+        return {"parameters.code": [f"The code sandbox is unavailable: {exc}"]}
+    return {"parameters.code": [_describe(p) for p in problems]} if problems else {}
+
+
+def _describe(problem: dict) -> str:
+    where = f"line {problem['line']}: " if problem.get("line") else ""
+    kind = f"{problem['type']}: " if problem.get("type") else ""
+    return f"{where}{kind}{problem.get('message', '')}"
+
+
+def _preset(slug: str, name: str, runtime: str, code: str, description: str = "") -> PresetSpec:
+    return PresetSpec(slug, name, {"runtime": runtime, "code": code, "version": "2"}, description)
+
+
+kind = register(
+    Kind(
+        key="code",
+        name="Custom code",
+        description="Define custom evaluators in Python, JavaScript, or TypeScript. Access inputs, "
+        "outputs, and full trace data.",
+        parameters=Parameters,
+        evaluate=None,
+        evaluate_many=evaluate_many,
+        outputs=None,
+        check=check,
+        new_defaults={"version": "2"},
+        category="code",
+        presets=[
+            _preset("python_default", "Exact match (Python)", "python", PYTHON_DEFAULT),
+            _preset(
+                "javascript_default", "Exact match (JavaScript)", "javascript", JAVASCRIPT_DEFAULT
+            ),
+            _preset(
+                "typescript_default", "Exact match (TypeScript)", "typescript", TYPESCRIPT_DEFAULT
+            ),
+            _preset(
+                "latency_check",
+                "Latency Check",
+                "python",
+                _example("trace_latency_check.py"),
+                "Root span duration within a threshold.",
+            ),
+            _preset(
+                "token_budget",
+                "Token Budget",
+                "python",
+                _example("trace_token_budget.py"),
+                "Tokens of the whole trace within a budget.",
+            ),
+            _preset("json_validity", "JSON validity", "python", _example("json_validity.py")),
+            _preset(
+                "multi_metric",
+                "Several metrics (dict)",
+                "python",
+                _example("multi_metric.py"),
+                "Returns score, success, a label and a length.",
+            ),
+        ],
+    )
+)
+
+# Keep the defaults importable for the editor page's runtime switch.
+DEFAULT_CODE = {
+    "python": PYTHON_DEFAULT,
+    "javascript": JAVASCRIPT_DEFAULT,
+    "typescript": TYPESCRIPT_DEFAULT,
+}

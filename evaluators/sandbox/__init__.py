@@ -1,0 +1,227 @@
+"""Run user-written evaluators (Python, JavaScript, TypeScript) isolated by the OS, fast.
+
+Public API (used by the ``code`` evaluator kind)::
+
+    run_batch(project_key=..., runtime=..., code=..., revision_key=..., version=...,
+              calls=[{"inputs", "outputs", "trace", "app_params", "correct_answer"}, ...],
+              timeout_s=5.0) -> list[CallResult]
+    check_code(runtime=..., code=...) -> list[dict]
+    sandbox_status() -> dict
+
+The runner is chosen by ``EVALSITE_CODE_RUNNER``: ``sandbox`` (default: bubblewrap + seccomp
+workers), ``inprocess`` (the same workers without any jail, for trusted single-user installs
+only), or a runner registered later with ``register_runner`` (``celery`` will be one: a thin
+wrapper that ships the same arguments to a sandbox host and returns its ``CallResult`` list).
+A runner that cannot run raises ``SandboxUnavailable``; there is no silent fallback.
+
+See docs/sandbox.md for the threat model and the limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from . import jail, pool
+from .config import RUNTIMES, Config, load_config
+from .errors import SandboxError, SandboxUnavailable
+from .process import WorkerProcess
+from .results import CallResult
+from .seccomp import filter_bpf
+
+__all__ = [
+    "CallResult",
+    "Runner",
+    "SandboxError",
+    "SandboxUnavailable",
+    "check_code",
+    "get_runner",
+    "register_runner",
+    "run_batch",
+    "sandbox_status",
+]
+
+CHECK_TIMEOUT_S = 10.0
+
+
+class Runner(Protocol):
+    """What a runner provides. ``config`` is the one loaded for this call."""
+
+    name: str
+
+    def run_batch(
+        self,
+        *,
+        config: Config,
+        project_key: str,
+        runtime: str,
+        code: str,
+        revision_key: str,
+        version: str,
+        calls: list[dict[str, Any]],
+        timeout_s: float,
+    ) -> list[CallResult]: ...
+
+    def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]: ...
+
+    def status(self, config: Config) -> dict[str, Any]: ...
+
+
+class WorkerRunner:
+    """Both built-in runners: pooled worker processes, jailed or not."""
+
+    def __init__(self, name: str, *, sandboxed: bool) -> None:
+        self.name = name
+        self.sandboxed = sandboxed
+
+    def run_batch(self, *, config: Config, **kwargs: Any) -> list[CallResult]:
+        if self.sandboxed:
+            _require_sandbox(config)
+        return pool.run_batch(config=config, sandboxed=self.sandboxed, **kwargs)
+
+    def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]:
+        if self.sandboxed:
+            _require_sandbox(config)
+        # A one-off worker: checking runs the module's top level, which must not leave anything
+        # behind in a pooled worker.
+        worker = (
+            pool.registry()
+            .spawner.submit(WorkerProcess, config, runtime, sandboxed=self.sandboxed)
+            .result()
+        )
+        try:
+            return worker.check(code, CHECK_TIMEOUT_S)
+        finally:
+            worker.close()
+
+    def status(self, config: Config) -> dict[str, Any]:
+        status: dict[str, Any] = {"available": True, "runner": self.name, "problem": None}
+        if self.sandboxed:
+            problem = _sandbox_problem(config)
+            status.update(available=problem is None, problem=problem)
+            status["uid"] = {r: _uid_label(config, r) for r in ("python", "javascript")}
+        else:
+            status["warning"] = (
+                "user code runs without any sandbox (EVALSITE_CODE_RUNNER=inprocess)"
+            )
+        status["pools"] = pool.registry().stats()
+        return status
+
+
+_RUNNERS: dict[str, Runner] = {
+    "sandbox": WorkerRunner("sandbox", sandboxed=True),
+    "inprocess": WorkerRunner("inprocess", sandboxed=False),
+}
+
+
+def register_runner(name: str, runner: Runner) -> None:
+    """Install another runner (the Celery one), selected with ``EVALSITE_CODE_RUNNER=<name>``."""
+    _RUNNERS[name] = runner
+
+
+def get_runner(config: Config) -> Runner:
+    runner = _RUNNERS.get(config.runner)
+    if runner is None:
+        raise SandboxUnavailable(
+            f"EVALSITE_CODE_RUNNER={config.runner!r} but no such runner is installed "
+            f"(available: {', '.join(sorted(_RUNNERS))})."
+        )
+    return runner
+
+
+def run_batch(
+    *,
+    project_key: str,
+    runtime: str,
+    code: str,
+    revision_key: str,
+    version: str,
+    calls: list[dict[str, Any]],
+    timeout_s: float = 5.0,
+) -> list[CallResult]:
+    """Evaluate ``calls`` with one evaluator revision; one ``CallResult`` per call, in order.
+
+    ``version`` ``"2"``: ``evaluate(inputs, outputs, trace)``; ``"1"`` (legacy):
+    ``evaluate(app_params, inputs, output, correct_answer)``. ``revision_key`` identifies the code:
+    the same key must always mean the same code (workers compile each key once). ``timeout_s``
+    bounds each call's wall-clock time. Per-call failures are results, never exceptions; the
+    function raises only when the runner itself cannot run (``SandboxUnavailable``).
+    """
+    _check_runtime(runtime)
+    if version not in ("1", "2"):
+        raise ValueError(f"version must be '1' or '2', not {version!r}")
+    config = load_config()
+    return get_runner(config).run_batch(
+        config=config,
+        project_key=project_key,
+        runtime=runtime,
+        code=code,
+        revision_key=revision_key,
+        version=version,
+        calls=calls,
+        timeout_s=timeout_s,
+    )
+
+
+def check_code(*, runtime: str, code: str) -> list[dict[str, Any]]:
+    """Problems that stop ``code`` from loading, each ``{code, type, message, line?, column?}``.
+
+    Runs the module's top level in a fresh worker of the configured runner; ``[]`` means it
+    loads and defines ``evaluate``.
+    """
+    _check_runtime(runtime)
+    config = load_config()
+    return get_runner(config).check_code(config=config, runtime=runtime, code=code)
+
+
+def sandbox_status() -> dict[str, Any]:
+    """``{"available", "runner", "problem", ...}`` for health pages and admin screens."""
+    try:
+        config = load_config()
+    except SandboxError as exc:
+        return {"available": False, "runner": None, "problem": str(exc)}
+    runner = _RUNNERS.get(config.runner)
+    if runner is None:
+        return {"available": False, "runner": config.runner,
+                "problem": f"runner {config.runner!r} is not installed"}  # fmt: skip
+    return runner.status(config)
+
+
+def _check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+
+
+def _require_sandbox(config: Config) -> None:
+    problem = _sandbox_problem(config, probe=False)
+    if problem:
+        raise SandboxUnavailable(problem)
+
+
+def _sandbox_problem(config: Config, *, probe: bool = True) -> str | None:
+    """Why the jail cannot run here, or None. ``probe`` also starts a trivial jail."""
+    import os
+
+    if not os.access(config.bwrap, os.X_OK):
+        return (
+            f"bwrap not found at {config.bwrap} (install bubblewrap, or set EVALSITE_SANDBOX_BWRAP)"
+        )
+    if not os.access(config.prlimit, os.X_OK):
+        return f"prlimit not found at {config.prlimit} (install util-linux, or set EVALSITE_SANDBOX_PRLIMIT)"
+    try:
+        filter_bpf(allow_threads=True)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    if not probe:
+        return None
+    try:
+        WorkerProcess(config, "python", sandboxed=True).close()
+    except SandboxError as exc:
+        return f"a jailed worker could not start: {exc}"
+    return None
+
+
+def _uid_label(config: Config, runtime: str) -> int | str:
+    import os
+
+    uid = jail.sandbox_uid(config, runtime)
+    return uid if uid is not None else os.geteuid()

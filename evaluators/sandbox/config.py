@@ -1,0 +1,108 @@
+"""Sandbox settings, read from Django settings when Django is configured, else the environment.
+
+Every setting has the same name in both places (``EVALSITE_SANDBOX_MEMORY_MB`` ...), and a default
+that suits a laptop. The package never needs Django: tests and the benchmark run without it.
+A malformed value raises ``SandboxError`` naming the setting, so a typo never silently weakens
+a limit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import SandboxError
+
+RUNNERS = ("sandbox", "inprocess", "celery")
+RUNTIMES = ("python", "javascript", "typescript")
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent.parent
+
+
+def _default_python() -> str:
+    # The host's own interpreter (the real binary behind a virtualenv's symlink), so evaluators
+    # see the same Python version as the rest of evalsite. Its site-packages is never bound.
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a pool needs to start workers. Frozen and hashable: it is part of a pool key."""
+
+    runner: str = "sandbox"
+    bwrap: str = "/usr/bin/bwrap"
+    prlimit: str = "/usr/bin/prlimit"
+    python: str = field(default_factory=_default_python)
+    node: str = "/usr/bin/node"
+    node_modules: str = str(REPO_DIR / "node_modules")
+    # Host uid of the jail when evalsite runs as root: -1 = 65534 when it can read every bound
+    # path, else root's; 0 = always keep root's; any other uid = that one, or refuse to start.
+    uid: int = -1
+    memory_mb: int = 256  # Python: address space; Node: data segment + V8 heap
+    node_memory_mb: int = 768
+    cpu_seconds: int = 120  # per worker lifetime, a backstop behind the wall-clock watchdog
+    file_size_mb: int = 8
+    open_files: int = 64
+    tmp_mb: int = 16
+    log_limit_bytes: int = 64 * 1024
+    result_limit_bytes: int = 1024 * 1024
+    recycle_after: int = 20000  # calls served before a worker is replaced
+    workers_per_pool: int = 2
+    max_workers: int = 16  # across every pool of this host process
+    idle_seconds: float = 300.0
+    max_consecutive_faults: int = 3
+    start_timeout_s: float = 10.0
+
+    def with_(self, **changes: Any) -> Config:
+        return replace(self, **changes)
+
+
+def load_config() -> Config:
+    """The current configuration. Cheap enough to call once per batch."""
+    values: dict[str, Any] = {}
+    for f in fields(Config):
+        raw = _lookup(_setting_name(f.name))
+        if raw is not None:
+            values[f.name] = _cast(f.name, f.type, raw)
+    config = Config(**values)
+    if config.runner not in RUNNERS:
+        raise SandboxError(
+            f"EVALSITE_CODE_RUNNER={config.runner!r} must be one of {', '.join(RUNNERS)}."
+        )
+    return config
+
+
+def _setting_name(name: str) -> str:
+    return "EVALSITE_CODE_RUNNER" if name == "runner" else f"EVALSITE_SANDBOX_{name.upper()}"
+
+
+def _lookup(name: str) -> Any:
+    settings = _django_settings()
+    if settings is not None and hasattr(settings, name):
+        return getattr(settings, name)
+    return os.environ.get(name)
+
+
+def _django_settings() -> Any:
+    if "django.conf" not in sys.modules:
+        return None
+    from django.conf import settings
+
+    return settings if settings.configured else None
+
+
+def _cast(name: str, kind: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    kind = kind if isinstance(kind, str) else kind.__name__
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise SandboxError(f"{_setting_name(name)}={raw!r} is not a {kind}.")
+    return raw.strip()

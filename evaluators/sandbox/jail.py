@@ -1,0 +1,380 @@
+"""Starting one worker process: inside bubblewrap + seccomp (``sandbox``) or bare (``inprocess``).
+
+The jail (see docs/sandbox.md for the threat model):
+
+- namespaces: user, pid (the worker is pid 1), net (empty: not even loopback is up), ipc, uts,
+  cgroup; ``--disable-userns`` so the worker cannot nest a namespace of its own;
+- a root that exists only in memory and is read-only, holding the interpreter, its standard
+  library (never site-packages), the shared libraries they link, the harness, and for Node the
+  few packages sucrase needs; a fresh ``/proc`` of the pid namespace, a minimal ``/dev``, and a
+  size-limited tmpfs on ``/tmp``;
+- an empty environment, a new session (no terminal to inject into), ``--die-with-parent``;
+- the seccomp filter from ``seccomp.py``;
+- rlimits set by ``prlimit(1)`` on the way in, before bwrap starts, soft = hard.
+
+File descriptors: 0 carries requests in, 3 carries result frames out, 1 and 2 go to a host pipe
+that is drained and kept only as a bounded tail for diagnosing a crash (user output is captured by
+the harness itself, per call).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import select
+import stat
+import subprocess
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import PACKAGE_DIR, Config
+from .errors import SandboxError, SandboxUnavailable
+from .seccomp import filter_bpf
+
+HARNESS_DIR = PACKAGE_DIR / "harness"
+_PY_HOME = "/opt/python"
+_HARNESS_HOME = "/opt/evalsite"
+_LIB_DIR = "/usr/lib"
+# The only packages the TypeScript transpiler loads at run time (its CLI deps stay outside).
+_SUCRASE_PACKAGES = ("sucrase", "@jridgewell", "ts-interface-checker", "lines-and-columns")
+# Extension modules an evaluator has no use for, whose libraries (X11, Tk, curses) we would
+# otherwise have to bind.
+_SKIPPED_EXTENSIONS = re.compile(r"^(_tkinter|_curses|_curses_panel|readline|nis|_dbm|_gdbm)\.")
+
+
+@dataclass(frozen=True)
+class Bind:
+    host: str
+    inside: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one runtime needs inside the jail, and how to start it."""
+
+    binds: tuple[Bind, ...]
+    masks: tuple[str, ...]  # directories hidden under an empty read-only tmpfs
+    argv: tuple[str, ...]  # the command inside the jail
+    bare_argv: tuple[str, ...]  # the same command for the unsandboxed runner
+
+
+@dataclass
+class Spawned:
+    """A started worker: its processes and the host ends of its pipes."""
+
+    proc: subprocess.Popen[bytes]
+    pid: int  # host pid of the harness itself (inside bwrap: the jail's pid 1)
+    pidfd: int
+    requests: int  # write end: host -> worker
+    results: int  # read end: worker -> host
+    diag: int  # read end: the worker's stdout + stderr
+
+
+def family(runtime: str) -> str:
+    return "python" if runtime == "python" else "node"
+
+
+def python_layout(config: Config) -> Layout:
+    return _python_layout(config.python)
+
+
+def node_layout(config: Config) -> Layout:
+    return _node_layout(config.node, config.node_modules)
+
+
+@functools.cache
+def _python_layout(python: str) -> Layout:
+    python = os.path.realpath(python)
+    stdlib = _stdlib_of(python)
+    version = Path(stdlib).name  # "python3.11"
+    inside_bin = f"{_PY_HOME}/bin/{version}"
+    inside_stdlib = f"{_PY_HOME}/lib/{version}"
+    extensions = [
+        str(p)
+        for p in Path(stdlib, "lib-dynload").glob("*.so")
+        if not _SKIPPED_EXTENSIONS.match(p.name)
+    ]
+    binds = [
+        Bind(python, inside_bin),
+        Bind(stdlib, inside_stdlib),
+        Bind(str(HARNESS_DIR / "worker.py"), f"{_HARNESS_HOME}/worker.py"),
+        *_library_binds([python, *extensions]),
+    ]
+    # -I: no environment, no user site, no cwd on sys.path; -S: skip site (and its .pth files);
+    # -B: the root is read-only anyway.
+    flags = ("-I", "-S", "-B", "-X", "utf8")
+    worker = f"{_HARNESS_HOME}/worker.py"
+    return Layout(
+        binds=tuple(binds),
+        masks=(f"{inside_stdlib}/site-packages",) if Path(stdlib, "site-packages").is_dir() else (),
+        argv=(inside_bin, *flags, worker),
+        bare_argv=(python, *flags, str(HARNESS_DIR / "worker.py")),
+    )
+
+
+@functools.cache
+def _node_layout(node: str, node_modules: str) -> Layout:
+    node = os.path.realpath(node)
+    binds = [
+        Bind(node, "/usr/bin/node"),
+        Bind(str(HARNESS_DIR / "worker.js"), f"{_HARNESS_HOME}/worker.js"),
+        *_library_binds([node]),
+    ]
+    for package in _SUCRASE_PACKAGES:
+        source = Path(node_modules, package)
+        if source.exists():
+            binds.append(Bind(str(source.resolve()), f"{_HARNESS_HOME}/node_modules/{package}"))
+    return Layout(
+        binds=tuple(binds),
+        masks=(),
+        argv=("/usr/bin/node", f"{_HARNESS_HOME}/worker.js"),
+        bare_argv=(node, str(HARNESS_DIR / "worker.js")),
+    )
+
+
+def _stdlib_of(python: str) -> str:
+    if python == os.path.realpath(sysconfig.get_config_var("BINDIR") + "/python3") or (
+        Path(python).parent == Path(sysconfig.get_config_var("BINDIR")).resolve()
+    ):
+        return sysconfig.get_paths()["stdlib"]
+    out = subprocess.run(
+        [python, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def _library_binds(binaries: list[str]) -> list[Bind]:
+    """Every shared library the binaries link, bound where the dynamic loader will look."""
+    try:
+        out = subprocess.run(["ldd", *binaries], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        raise SandboxUnavailable("ldd not found: cannot work out which libraries to bind.")
+    binds: dict[str, Bind] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "=>" and parts[2].startswith("/"):
+            binds[parts[0]] = Bind(os.path.realpath(parts[2]), f"{_LIB_DIR}/{parts[0]}")
+        elif parts and parts[0].startswith("/") and "ld-linux" in parts[0]:
+            # The loader must sit at the exact path written in each binary's PT_INTERP.
+            binds[parts[0]] = Bind(os.path.realpath(parts[0]), parts[0])
+    return list(binds.values())
+
+
+def bwrap_argv(
+    config: Config, layout: Layout, command: list[str], *, seccomp_fd: int, info_fd: int
+) -> list[str]:
+    argv = [
+        config.bwrap,
+        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--disable-userns", "--as-pid-1",
+        "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+        "--hostname", "sandbox",
+        "--setenv", "LANG", "C.UTF-8", "--setenv", "TZ", "UTC",
+    ]  # fmt: skip
+    for bind in layout.binds:
+        argv += ["--ro-bind", bind.host, bind.inside]
+    for mask in layout.masks:
+        argv += ["--size", "4096", "--tmpfs", mask, "--remount-ro", mask]
+    argv += ["--ro-bind-try", "/usr/share/zoneinfo", "/usr/share/zoneinfo"]
+    # Read-only /proc: with a host-root uid, sysctl files would otherwise be writable (the kernel
+    # checks the uid, not the namespace). Read-only /dev: its tmpfs has no size limit.
+    argv += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    argv += ["--size", str(config.tmp_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp"]
+    argv += ["--seccomp", str(seccomp_fd), "--info-fd", str(info_fd), "--", *command]
+    return argv
+
+
+def layout_for(config: Config, runtime: str) -> Layout:
+    return python_layout(config) if family(runtime) == "python" else node_layout(config)
+
+
+def sandbox_uid(config: Config, runtime: str) -> int | None:
+    """The host uid the jail runs as, or None to keep the caller's.
+
+    Only root can switch. ``uid=-1`` (auto) switches to 65534 when every path the jail binds is
+    readable by it (an interpreter under /root is not); an explicit uid that cannot read them is
+    a configuration error.
+    """
+    if os.geteuid() != 0 or config.uid == 0:
+        return None
+    uid = 65534 if config.uid < 0 else config.uid
+    unreadable = _first_unreadable(layout_for(config, runtime), uid)
+    if unreadable is None:
+        return uid
+    if config.uid < 0:
+        return None
+    raise SandboxUnavailable(f"EVALSITE_SANDBOX_UID={uid} cannot read {unreadable}")
+
+
+def _first_unreadable(layout: Layout, uid: int) -> str | None:
+    for bind in layout.binds:
+        if not _readable_by(bind.host, uid):
+            return bind.host
+    return None
+
+
+@functools.cache
+def _readable_by(path: str, uid: int) -> bool:
+    """Whether ``uid`` (with no groups of interest) can reach and read ``path``."""
+    parts = Path(path).parts
+    for depth in range(1, len(parts) + 1):
+        st = os.stat(Path(*parts[:depth]))
+        need = 0o4 if depth == len(parts) and not stat.S_ISDIR(st.st_mode) else 0o1
+        bits = (st.st_mode >> 6) & 0o7 if st.st_uid == uid else st.st_mode & 0o7
+        if not bits & need:
+            return False
+    return True
+
+
+def spawn(config: Config, runtime: str, *, sandboxed: bool) -> Spawned:
+    """Start a worker (its rlimits already in force). Returns before the harness says hello."""
+    req_r, req_w = os.pipe2(os.O_CLOEXEC)
+    res_r, res_w = os.pipe2(os.O_CLOEXEC)
+    diag_r, diag_w = os.pipe2(os.O_CLOEXEC)
+    host_ends, child_ends = (req_w, res_r, diag_r), (req_r, res_w, diag_w)
+    try:
+        start = _spawn_jailed if sandboxed else _spawn_bare
+        proc, pid = start(config, runtime, child_ends)
+    except BaseException:
+        _close(*host_ends)
+        raise
+    finally:
+        _close(*child_ends)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        proc.kill()
+        proc.wait()
+        _close(*host_ends)
+        raise SandboxError(f"the worker died while starting ({exc}).")
+    return Spawned(proc, pid, pidfd, req_w, res_r, diag_r)
+
+
+def limits_prefix(config: Config, runtime: str) -> list[str]:
+    """``prlimit ... --``: the worker's rlimits, set before bwrap runs, inherited by the jail.
+
+    Set by the child on itself (lowering needs no privilege, unlike setting another uid's
+    limits from outside, which needs CAP_SYS_RESOURCE that containers usually drop), and
+    soft = hard, so user code cannot raise them back.
+    """
+    mb = 1024 * 1024
+    limits = {
+        "cpu": config.cpu_seconds,
+        "fsize": config.file_size_mb * mb,
+        "nofile": config.open_files,
+        "core": 0,
+    }
+    if family(runtime) == "python":
+        limits["as"] = config.memory_mb * mb
+    else:
+        # V8 reserves gigabytes of address space up front, so Node is held by what it writes to.
+        limits["data"] = config.node_memory_mb * mb
+    return [config.prlimit, *(f"--{name}={value}:{value}" for name, value in limits.items()), "--"]
+
+
+def node_flags(config: Config) -> list[str]:
+    # V8's own heap limit sits below RLIMIT_DATA, so running out of heap is a clean, recognisable
+    # "heap out of memory" abort rather than a random failed malloc.
+    return [f"--max-old-space-size={max(16, config.node_memory_mb * 2 // 3)}"]
+
+
+def _worker_argv(config: Config, runtime: str, base: tuple[str, ...], res_w: int) -> list[str]:
+    argv = list(base)
+    if family(runtime) == "node":
+        argv[1:1] = node_flags(config)
+    return [*argv, str(res_w), str(config.log_limit_bytes), str(config.result_limit_bytes)]
+
+
+def _spawn_jailed(
+    config: Config, runtime: str, child_ends: tuple[int, int, int]
+) -> tuple[subprocess.Popen[bytes], int]:
+    if not os.access(config.bwrap, os.X_OK):
+        raise SandboxUnavailable(f"bwrap not found at {config.bwrap}")
+    layout = layout_for(config, runtime)
+    bpf_r, bpf_w = os.pipe2(os.O_CLOEXEC)
+    info_r, info_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        # Far below the pipe buffer (the filter is ~1 KiB), so this write cannot block.
+        os.write(bpf_w, filter_bpf(allow_threads=family(runtime) == "node"))
+        _close(bpf_w)
+        command = _worker_argv(config, runtime, layout.argv, child_ends[1])
+        argv = limits_prefix(config, runtime) + bwrap_argv(
+            config, layout, command, seccomp_fd=bpf_r, info_fd=info_w
+        )
+        uid = sandbox_uid(config, runtime)
+        proc = _popen(argv, child_ends, [bpf_r, info_w], env={}, uid=uid)
+        _close(info_w)
+        info_w = -1
+        return proc, _read_child_pid(info_r, proc, config.start_timeout_s)
+    finally:
+        _close(bpf_r, info_r, info_w)
+
+
+def _spawn_bare(
+    config: Config, runtime: str, child_ends: tuple[int, int, int]
+) -> tuple[subprocess.Popen[bytes], int]:
+    layout = layout_for(config, runtime)
+    argv = limits_prefix(config, runtime) + _worker_argv(
+        config, runtime, layout.bare_argv, child_ends[1]
+    )
+    proc = _popen(argv, child_ends, [], env={"LANG": "C.UTF-8", "TZ": "UTC"}, uid=None)
+    return proc, proc.pid
+
+
+def _popen(
+    argv: list[str],
+    child_ends: tuple[int, int, int],
+    extra_fds: list[int],
+    *,
+    env: dict[str, str],
+    uid: int | None,
+) -> subprocess.Popen[bytes]:
+    req_r, res_w, diag_w = child_ends
+    as_user = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    return subprocess.Popen(
+        argv,
+        stdin=req_r,
+        stdout=diag_w,
+        stderr=diag_w,
+        pass_fds=(res_w, *extra_fds),
+        env=env,
+        **as_user,
+    )
+
+
+def _read_child_pid(info_r: int, proc: subprocess.Popen[bytes], timeout: float) -> int:
+    """bwrap reports the jail's pid 1 (our harness, thanks to ``--as-pid-1``) on its info fd."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([info_r], [], [], remaining)[0]:
+            proc.kill()
+            proc.wait()
+            raise SandboxError("bwrap did not start the worker in time")
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError):
+        proc.wait()
+        raise SandboxUnavailable(
+            f"bwrap failed to start the jail (exit status {proc.returncode}); "
+            "see the worker's stderr, often: user namespaces are disabled"
+        )
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)

