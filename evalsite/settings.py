@@ -73,7 +73,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "evalsite.context_processors.navigation",
             ],
-            "builtins": ["evalsite.templatetags.evalsite_tags"],
+            "builtins": [
+                "evalsite.templatetags.evalsite_tags",
+                "template_partials.templatetags.partials",
+            ],
         },
     },
 ]
@@ -98,7 +101,9 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or embedded.redis_url(DATA_DIR)
 REDIS_URL = env_str("REDIS_URL") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else embedded.redis_url(DATA_DIR)
 )
-CELERY_RESULT_BACKEND = None
+# Only tasks that someone waits for keep results (the celery code runner's code_* tasks).
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

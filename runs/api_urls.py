@@ -1,3 +1,3 @@
-from runs.api import runs, testsets, traces
+from runs.api import online, runs, testsets, traces
 
-urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns]
+urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns, *online.urlpatterns]

@@ -622,7 +622,11 @@ def trace_ingest(*, project: Project, spans: list[dict], source: str = "api") ->
         raise InvalidInput({"spans": ["must be a list of spans or traces"]})
     rows = _rows(project, list(_flatten(spans)))
     with transaction.atomic():
-        return _store(project, rows, source) if rows else []
+        traces = _store(project, rows, source) if rows else []
+    from runs.online import online_queue  # here: runs.online imports this module
+
+    online_queue(project=project, traces=traces)
+    return traces
 
 
 # --- OTLP -------------------------------------------------------------------------------------
@@ -676,7 +680,11 @@ def otlp_ingest(*, project: Project, body: bytes, content_type: str) -> list[Tra
         raise InvalidInput({"content_type": [f"{content_type!r} is not {PROTOBUF} or {JSON}"]})
     rows = _rows(project, [(span.loc, _native(span)) for span in otel_spans])
     with transaction.atomic():
-        return _store(project, rows, "otlp") if rows else []
+        traces = _store(project, rows, "otlp") if rows else []
+    from runs.online import online_queue  # here: runs.online imports this module
+
+    online_queue(project=project, traces=traces)
+    return traces
 
 
 def _native(span: OtelSpan) -> dict[str, Any]:

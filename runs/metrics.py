@@ -215,10 +215,14 @@ def mappings_build(run) -> list[dict]:
     column, the application's outputs, or a key of the evaluator's outputs schema (a revision
     without one gets columns once its first outputs exist and a schema can be inferred)."""
     mappings: list[dict] = []
+    # A column application's outputs column is shown once, as the outputs.
+    app = run.application
+    outputs_column = app.config.get("outputs_column") if app is not None and app.kind == "column" else None
     for step in run.steps.select_related("revision").order_by("position", "id"):
         if step.type == "input" and run.testset_version_id:
             for column in run.testset_version.columns:
-                mappings.append(_mapping("input", column, step.key, f"data.{column}"))
+                if column != outputs_column:
+                    mappings.append(_mapping("input", column, step.key, f"data.{column}"))
         elif step.type == "input":
             mappings.append(_mapping("input", "inputs", step.key, "attributes.ag.data.inputs"))
         elif step.type == "invocation":

@@ -35,34 +35,43 @@ def run_list_recent(*, project: Project, limit: int = 8) -> list[Run]:
 
 
 def headline_metrics(run: Run, data: dict) -> list[dict]:
-    """One number per evaluator metric for lists: a rate for binary, a mean for numbers."""
-    lines = []
+    """One number per evaluator for lists: its success rate, else its mean score, else the
+    first number it reports. Errors are counted beside it, never averaged in."""
+    by_step: dict[str, list[tuple[str, str, dict]]] = {}
     for mapping in run.mappings:
-        column = mapping["column"]
-        if column["kind"] != "annotation":
+        if mapping["column"]["kind"] != "annotation":
             continue
         key = mapping["step"]["path"].removeprefix(OUTPUTS_PREFIX + ".")
         stats = data.get(mapping["step"]["key"], {}).get(key)
-        if not stats:
-            continue
-        if stats["type"] == "binary" and stats.get("rate") is not None:
-            lines.append(
-                {
-                    "name": column["name"],
-                    "value": stats["rate"],
-                    "format": "percent",
-                    "errors": stats["errors"],
-                }
-            )
-        elif stats["type"] in ("continuous", "discrete") and stats.get("mean") is not None:
-            lines.append(
-                {
-                    "name": column["name"],
-                    "value": stats["mean"],
-                    "format": "number",
-                    "errors": stats["errors"],
-                }
-            )
+        if stats:
+            evaluator = mapping["column"]["name"].split(".", 1)[0]
+            by_step.setdefault(mapping["step"]["key"], []).append((evaluator, key, stats))
+    lines = []
+    for candidates in by_step.values():
+        ranked = sorted(candidates, key=lambda c: {"success": 0, "score": 1}.get(c[1], 2))
+        for evaluator, key, stats in ranked:
+            if stats["type"] == "binary" and stats.get("rate") is not None:
+                lines.append(
+                    {
+                        "name": evaluator,
+                        "key": key,
+                        "value": stats["rate"],
+                        "format": "percent",
+                        "errors": stats["errors"],
+                    }
+                )
+                break
+            if stats["type"] in ("continuous", "discrete") and stats.get("mean") is not None:
+                lines.append(
+                    {
+                        "name": evaluator,
+                        "key": key,
+                        "value": stats["mean"],
+                        "format": "number",
+                        "errors": stats["errors"],
+                    }
+                )
+                break
     return lines
 
 

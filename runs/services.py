@@ -480,7 +480,11 @@ def _annotations_for(run: Run, cells: list[Cell], trace_of: dict) -> dict[int, A
 
 
 def _annotated_trace(cell: Cell, trace_of: dict):
-    return trace_of.get((cell.scenario.pk, cell.repeat_idx)) or _stored_invocation_trace(cell)
+    return (
+        trace_of.get((cell.scenario.pk, cell.repeat_idx))
+        or cell.scenario.trace  # online runs: the evaluated trace itself
+        or _stored_invocation_trace(cell)
+    )
 
 
 def _stored_invocation_trace(cell: Cell):
@@ -573,6 +577,21 @@ def run_finish(*, run: Run) -> None:
     ):
         run.status = status
         metrics.run_refresh(run=run)
+
+
+def run_execute_inline(*, run: Run) -> Run:
+    """Run every cell in this process, without Celery (demo data, small scripted runs)."""
+    Run.objects.filter(pk=run.pk, status__in=(RunStatus.PENDING, RunStatus.QUEUED)).update(
+        status=RunStatus.RUNNING, started_at=timezone.now()
+    )
+    indexes = list(run.scenarios.order_by("index").values_list("index", flat=True))
+    size = chunk_size()
+    for i in range(0, len(indexes), size):
+        chunk = indexes[i : i + size]
+        scenarios_process(run_id=run.pk, first=chunk[0], last=chunk[-1])
+    run_progress_update(run_id=run.pk)
+    run.refresh_from_db()
+    return run
 
 
 def run_mark_failed(*, run_id: int, error: dict) -> None:

@@ -34,3 +34,20 @@ def run_chunk(self, run_id: int, first: int, last: int) -> int:
 @shared_task(acks_late=True)
 def runs_resume_stalled() -> list[int]:
     return services.runs_resume_stalled()
+
+
+# --- online evaluation (tasks named ingest_* go to the ingest queue) ---------------------------
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def ingest_online_dispatch(project_id: int, trace_ids: list[int]) -> int:
+    from runs import online
+
+    return online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
+
+
+@shared_task(acks_late=True, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def ingest_online_evaluate(rule_id: int, trace_ids: list[int]) -> int:
+    from runs import online
+
+    return online.online_evaluate_ids(rule_id=rule_id, trace_ids=trace_ids)

@@ -1,3 +1,3 @@
-from runs.views import runs, testsets, traces
+from runs.views import online, runs, testsets, traces
 
-urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns]
+urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns, *online.urlpatterns]
