@@ -36,6 +36,13 @@ def runs_resume_stalled() -> list[int]:
     return services.runs_resume_stalled()
 
 
+@shared_task(acks_late=True, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=5)
+def run_mappings_and_metrics_refresh(run_id: int) -> None:
+    from runs import backfill
+
+    backfill.run_mappings_and_metrics_refresh(run_id=run_id)
+
+
 # --- online evaluation (tasks named ingest_* go to the ingest queue) ---------------------------
 
 
