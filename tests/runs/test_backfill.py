@@ -51,7 +51,7 @@ def test_it_infers_columns_and_metrics_without_a_schema(legacy_run):
 
 
 def test_it_lists_revisions_without_a_schema_with_their_use(owner_client, legacy_run):
-    run, revision = legacy_run
+    _, revision = legacy_run
     page = owner_client.get("/p/acme/schemas/").content.decode()
     assert revision.slug in page and "missing" in page
     candidates = owner_client.get("/api/v1/schemas/backfill").json()
