@@ -9,6 +9,7 @@ width_bucket) and stored in ``RunMetrics``: run-wide, per scenario, and per time
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,18 +84,45 @@ def _non_null_type(prop: dict) -> str | None:
     return kind
 
 
-def revision_outputs_schema(revision: EvaluatorRevision) -> tuple[dict | None, str]:
+def revision_outputs_schema(
+    revision: EvaluatorRevision, *, fresh: bool = False
+) -> tuple[dict | None, str]:
     """The outputs schema to read a revision's metrics with, and where it came from:
-    ``revision``, ``kind``, ``inferred`` or ``none`` (no schema and no outputs yet)."""
+    ``revision``, ``kind``, ``inferred`` or ``none`` (no schema and no outputs yet).
+
+    An inferred schema comes from every stored output. It is cached per revision; ``fresh``
+    re-infers it when outputs were added since (run-wide refreshes ask for that)."""
     if revision.outputs_schema:
         return revision.outputs_schema, "revision"
     kind = REGISTRY.get(revision.kind)
     if kind is not None and kind.outputs is not None and not callable(kind.outputs):
         return kind.outputs, "kind"
+    if kind is not None and callable(kind.outputs):
+        return kind.outputs_schema(kind.parse(revision.parameters)), "kind"
+    schema = inferred_schema(revision, fresh=fresh)
+    return (schema, "inferred") if schema.get("properties") else (None, "none")
+
+
+def inferred_schema(revision: EvaluatorRevision, *, fresh: bool = False) -> dict:
+    from runs.models import Annotation, InferredSchema
+
+    cached = InferredSchema.objects.filter(revision=revision).first()
+    if cached is not None and cached.schema.get("properties"):
+        if not fresh:
+            return cached.schema
+        if Annotation.objects.filter(revision=revision).count() == cached.total:
+            return cached.schema  # nothing new since: the same outputs give the same schema
     inferred = schema_infer(revision_id=revision.pk)
-    if inferred["schema"].get("properties"):
-        return inferred["schema"], "inferred"
-    return None, "none"
+    InferredSchema.objects.update_or_create(
+        revision=revision,
+        defaults={
+            "schema": inferred["schema"],
+            "fields": inferred["fields"],
+            "total": inferred["total"],
+            "inferred_at": timezone.now(),
+        },
+    )
+    return inferred["schema"]
 
 
 # --- inference in SQL -----------------------------------------------------------------------------
@@ -109,14 +137,12 @@ WITH RECURSIVE flat(path, value) AS (
     FROM flat f, jsonb_each(f.value) e
     WHERE jsonb_typeof(f.value) = 'object'
 )
-SELECT path, jsonb_typeof(value) AS type, count(*) AS n,
-       count(DISTINCT value) FILTER (WHERE jsonb_typeof(value) = 'string') AS distinct_strings,
-       (array_agg(DISTINCT value #>> '{}') FILTER (WHERE jsonb_typeof(value) = 'string'))[1:%(enum_max)s + 1] AS strings,
-       (array_agg(value::text))[1:3] AS examples,
+SELECT path, jsonb_typeof(value) AS type,
+       CASE WHEN jsonb_typeof(value) = 'string' THEN value #>> '{}' END AS text,
+       count(*) AS n,
        bool_and(jsonb_typeof(value) <> 'number' OR value::text ~ '^-?[0-9]+$') AS integral
 FROM flat
-GROUP BY path, jsonb_typeof(value)
-ORDER BY path
+GROUP BY 1, 2, 3
 """
 
 ENUM_MAX = 12
@@ -125,46 +151,56 @@ ENUM_MAX = 12
 def schema_infer(*, revision_id: int) -> dict[str, Any]:
     """Infer an outputs schema from EVERY output stored for a revision, in one SQL pass.
 
-    Returns ``{"schema", "total", "fields": [{path, types, count, agree, examples}]}``: a string
-    field with few distinct values becomes an enum (categorical metric), numbers that are all
-    whole become integers, a field missing or null in some outputs becomes nullable.
+    Returns ``{"schema", "total", "fields": [{path, types, count, agree, examples, schema}]}``: a
+    string field with few distinct values becomes an enum (categorical metric), numbers that are
+    all whole become integers, a field missing or null in some outputs becomes nullable.
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM runs_annotation WHERE revision_id = %s", [revision_id])
         total = cursor.fetchone()[0]
-        cursor.execute(_INFER_SQL, {"revision": revision_id, "enum_max": ENUM_MAX})
+        cursor.execute(_INFER_SQL, {"revision": revision_id})
         rows = cursor.fetchall()
-    by_path: dict[tuple, dict] = {}
-    for path, json_type, n, distinct, strings, examples, integral in rows:
-        field = by_path.setdefault(
-            tuple(path),
-            {"types": {}, "strings": None, "distinct": 0, "examples": [], "integral": True},
+        cursor.execute(
+            "SELECT outputs FROM runs_annotation WHERE revision_id = %s ORDER BY id LIMIT 3",
+            [revision_id],
         )
-        field["types"][json_type] = n
-        field["examples"] += [e for e in examples if len(field["examples"]) < 3]
-        if json_type == "string":
-            field["strings"], field["distinct"] = strings, distinct
+        samples = [row[0] for row in cursor.fetchall()]
+    by_path: dict[tuple, dict] = {}
+    for path, json_type, text, n, integral in rows:
+        field = by_path.setdefault(tuple(path), {"types": {}, "strings": set(), "integral": True})
+        field["types"][json_type] = field["types"].get(json_type, 0) + n
+        if json_type == "string" and len(field["strings"]) <= ENUM_MAX:
+            field["strings"].add(text)
         if json_type == "number":
             field["integral"] = bool(integral)
     schema: dict[str, Any] = {"type": "object", "properties": {}}
     fields = []
-    for path, field in by_path.items():
+    for path, field in sorted(by_path.items()):
         prop = _prop_for(field, total)
         if prop is None:
             continue
         _place(schema, list(path), prop)
-        agree = sum(n for t, n in field["types"].items() if t not in ("null",))
+        agree = sum(n for t, n in field["types"].items() if t != "null")
+        examples = [_dig(sample, path) for sample in samples]
         fields.append(
             {
                 "path": ".".join(path),
                 "types": field["types"],
                 "count": agree,
                 "agree": agree,
-                "examples": field["examples"],
+                "examples": [json.dumps(e) for e in examples if e is not None][:3],
                 "schema": prop,
             }
         )
     return {"schema": schema, "total": total, "fields": fields}
+
+
+def _dig(value: Any, path: tuple) -> Any:
+    for part in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
 
 
 def _prop_for(field: dict, total: int) -> dict | None:
@@ -181,12 +217,7 @@ def _prop_for(field: dict, total: int) -> dict | None:
     (json_type,) = types
     if json_type == "number":
         prop: dict[str, Any] = {"type": "integer" if field["integral"] else "number"}
-    elif (
-        json_type == "string"
-        and field["distinct"] <= ENUM_MAX
-        and field["strings"]
-        and len(field["strings"]) <= ENUM_MAX
-    ):
+    elif json_type == "string" and field["strings"] and len(field["strings"]) <= ENUM_MAX:
         prop = {"type": "string", "enum": sorted(field["strings"])}
     elif json_type == "array":
         prop = {"type": "array"}
@@ -217,7 +248,9 @@ def mappings_build(run) -> list[dict]:
     mappings: list[dict] = []
     # A column application's outputs column is shown once, as the outputs.
     app = run.application
-    outputs_column = app.config.get("outputs_column") if app is not None and app.kind == "column" else None
+    outputs_column = (
+        app.config.get("outputs_column") if app is not None and app.kind == "column" else None
+    )
     for step in run.steps.select_related("revision").order_by("position", "id"):
         if step.type == "input" and run.testset_version_id:
             for column in run.testset_version.columns:
@@ -265,11 +298,11 @@ def mappings_refresh_deferred(run) -> bool:
 # --- statistics -----------------------------------------------------------------------------------
 
 
-def step_specs(run) -> dict[str, list[MetricSpec]]:
+def step_specs(run, *, fresh: bool = False) -> dict[str, list[MetricSpec]]:
     """Metric keys per annotation step of a run."""
     specs: dict[str, list[MetricSpec]] = {}
     for step in run.steps.filter(type="annotation").select_related("revision"):
-        schema, _ = revision_outputs_schema(step.revision)
+        schema, _ = revision_outputs_schema(step.revision, fresh=fresh)
         specs[step.key] = schema_metrics(schema)
     return specs
 
@@ -354,27 +387,49 @@ def _stats_from_row(specs: list[MetricSpec], row: list, errors: int) -> dict[str
 def _annotation_step_stats(
     run_id: int, step_key: str, specs: list[MetricSpec], where: str = "", params=()
 ) -> dict:
+    """All statistics of one annotation step in ONE statement: the join is read once into a
+    materialised CTE, then aggregates, histograms and frequencies are taken from it."""
     values = ", ".join(f"{_value_sql(s)} AS v{i}" for i, s in enumerate(specs)) or "NULL AS v0"
-    aggregates = ", ".join(
-        [
-            "count(*) FILTER (WHERE r.status = 'error')",
-            "count(*) FILTER (WHERE r.status = 'success')",
-            "avg(r.duration_ms) FILTER (WHERE r.status = 'success')",
-            *_aggregates(specs),
-        ]
-    )
+    aggregates = [
+        "count(*) FILTER (WHERE status = 'error')",
+        "count(*) FILTER (WHERE status = 'success')",
+        "avg(duration_ms) FILTER (WHERE status = 'success')",
+        *_aggregates(specs),
+    ]
+    extras = []
+    for i, spec in enumerate(specs):
+        if spec.numeric:
+            extras.append(
+                f"""(SELECT json_agg(json_build_array(b, c)) FROM (
+                      SELECT LEAST(width_bucket(v{i}, lo, hi, {HISTOGRAM_BINS}), {HISTOGRAM_BINS}) AS b, count(*) AS c
+                      FROM vals, (SELECT min(v{i}) AS lo, max(v{i}) AS hi FROM vals) bounds
+                      WHERE v{i} IS NOT NULL AND hi > lo GROUP BY 1) h)"""
+            )
+        elif spec.type in ("categorical", "string"):
+            extras.append(
+                f"""(SELECT json_agg(json_build_array(v, c)) FROM (
+                      SELECT v{i} AS v, count(*) AS c FROM vals WHERE v{i} IS NOT NULL
+                      GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 50) f)"""
+                if spec.type == "categorical"
+                else "NULL"
+            )
+        else:
+            extras.append("NULL")
     sql = f"""
-        SELECT {aggregates}
-        FROM runs_result r
-        LEFT JOIN runs_annotation a ON a.id = r.annotation_id
-        CROSS JOIN LATERAL (SELECT {values}) vals
-        WHERE r.run_id = %s AND r.step_key = %s {where}
+        WITH vals AS MATERIALIZED (
+            SELECT r.status, r.duration_ms, {values}
+            FROM runs_result r
+            LEFT JOIN runs_annotation a ON a.id = r.annotation_id
+            WHERE r.run_id = %s AND r.step_key = %s {where}
+        )
+        SELECT {", ".join(aggregates + extras)} FROM vals
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, [run_id, step_key, *params])
         row = list(cursor.fetchone())
     errors, successes, duration = row[:3]
-    stats = _stats_from_row(specs, row[3:], errors)
+    extra_values = row[len(aggregates) :]
+    stats = _stats_from_row(specs, row[3 : len(aggregates)], errors)
     stats["duration"] = {
         "type": "continuous",
         "mean": duration,
@@ -382,47 +437,25 @@ def _annotation_step_stats(
         "errors": errors,
     }
     stats["errors"] = {"type": "count", "count": errors}
-    for spec in specs:
-        if spec.numeric and stats[spec.key]["count"]:
-            stats[spec.key]["histogram"] = _histogram(
-                run_id, step_key, spec, stats[spec.key], where, params
-            )
-        elif spec.type == "categorical" or (spec.type == "string" and spec.values):
-            stats[spec.key]["frequencies"] = _frequencies(run_id, step_key, spec, where, params)
+    for spec, extra in zip(specs, extra_values, strict=True):
+        entry = stats[spec.key]
+        if spec.numeric and entry["count"]:
+            entry["histogram"] = _bins(entry, extra)
+        elif spec.type == "categorical":
+            entry["frequencies"] = [{"value": v, "count": c} for v, c in (extra or [])]
     return stats
 
 
-def _histogram(run_id, step_key, spec, numeric, where, params) -> list[dict]:
+def _bins(numeric: dict, counted: list | None) -> list[dict]:
     low, high = numeric["min"], numeric["max"]
     if low == high:
         return [{"start": low, "end": high, "count": numeric["count"]}]
     width = (high - low) / HISTOGRAM_BINS
-    sql = f"""
-        SELECT LEAST(width_bucket(v, %s, %s, {HISTOGRAM_BINS}), {HISTOGRAM_BINS}) AS bin, count(*)
-        FROM runs_result r JOIN runs_annotation a ON a.id = r.annotation_id
-        CROSS JOIN LATERAL (SELECT {_value_sql(spec)} AS v) vals
-        WHERE r.run_id = %s AND r.step_key = %s AND v IS NOT NULL {where}
-        GROUP BY bin ORDER BY bin
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [low, high, run_id, step_key, *params])
-        counts = dict(cursor.fetchall())
+    counts = {b: c for b, c in counted or []}
     return [
         {"start": low + (b - 1) * width, "end": low + b * width, "count": counts.get(b, 0)}
         for b in range(1, HISTOGRAM_BINS + 1)
     ]
-
-
-def _frequencies(run_id, step_key, spec, where, params) -> list[dict]:
-    sql = f"""
-        SELECT v, count(*) FROM runs_result r JOIN runs_annotation a ON a.id = r.annotation_id
-        CROSS JOIN LATERAL (SELECT {_value_sql(spec)} AS v) vals
-        WHERE r.run_id = %s AND r.step_key = %s AND v IS NOT NULL {where}
-        GROUP BY v ORDER BY count(*) DESC, v LIMIT 50
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id, step_key, *params])
-        return [{"value": value, "count": count} for value, count in cursor.fetchall()]
 
 
 def _invocation_step_stats(run_id: int, step_key: str, where: str = "", params=()) -> dict:
@@ -457,10 +490,10 @@ def _invocation_step_stats(run_id: int, step_key: str, where: str = "", params=(
     }
 
 
-def run_stats(run, where: str = "", params=()) -> dict[str, dict]:
+def run_stats(run, where: str = "", params=(), *, fresh: bool = False) -> dict[str, dict]:
     """Statistics of every step of a run (optionally restricted by an extra SQL condition)."""
     data: dict[str, dict] = {}
-    specs = step_specs(run)
+    specs = step_specs(run, fresh=fresh)
     for step in run.steps.order_by("position", "id"):
         if step.type == "invocation":
             data[step.key] = _invocation_step_stats(run.pk, step.key, where, params)
@@ -478,8 +511,8 @@ def run_refresh(*, run) -> dict:
     from runs.models import Run, RunMetrics
 
     Run.objects.select_for_update().filter(pk=run.pk).first()
+    data = run_stats(run, fresh=True)  # re-infers schemas first when outputs were added
     mappings_refresh_deferred(run)
-    data = run_stats(run)
     now = timezone.now()
     RunMetrics.objects.update_or_create(
         run=run, scenario=None, bucket_start=None, defaults={"data": data, "refreshed_at": now}

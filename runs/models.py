@@ -538,6 +538,24 @@ class RunMetrics(models.Model):
         return f"metrics of run {self.run_id}"
 
 
+class InferredSchema(models.Model):
+    """The outputs schema inferred from every output stored for a revision that has none.
+
+    A cache, not a record: re-inferred when the revision has gained outputs since (run-wide
+    refreshes check), reused by per-scenario refreshes so they stay cheap."""
+
+    revision = models.OneToOneField(
+        "evaluators.EvaluatorRevision", on_delete=models.CASCADE, related_name="inferred_schema"
+    )
+    schema = models.JSONField(default=dict)
+    fields = models.JSONField(default=list)
+    total = models.PositiveIntegerField(default=0, help_text="How many outputs it was inferred from.")
+    inferred_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"inferred schema of {self.revision_id}"
+
+
 # --- online evaluation ------------------------------------------------------------------------
 
 
