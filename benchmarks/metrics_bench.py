@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -78,7 +78,7 @@ def seed(n: int):
                WHERE s.run_id = %(run)s""",
             params,
         )
-        for revision, (key, outputs_sql) in zip(revisions, STEPS.items(), strict=True):
+        for revision, (_key, outputs_sql) in zip(revisions, STEPS.items(), strict=True):
             step_key = f"evaluator-{revision.slug}"
             values = {
                 **params,
@@ -95,7 +95,7 @@ def seed(n: int):
                     FROM runs_result r WHERE r.run_id = %(run)s AND r.step_key = %(invocation)s
                       AND r.scenario_id %% 100 <> 0""",
                 values,
-            )  # noqa: S608 (constant SQL fragments)
+            )
             cursor.execute(
                 """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, annotation_id,
                                             duration_ms, created_at, updated_at)
