@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from evalsite.models import Project
@@ -149,3 +151,123 @@ def scenario_rows(run: Run, scenarios: list[Scenario], repeat_idx: int = 0) -> l
                 values[name] = dig({"attributes": roots.get(result.trace_id, {})}, path)
         rows.append({"scenario": scenario, "values": values, "errors": errors})
     return rows
+
+
+# --- the scenario table: sort, filter, page ------------------------------------------------------
+
+
+@dataclass
+class TableQuery:
+    """What the scenario table shows: the same object drives the page, its export and the API."""
+
+    sort: str = ""  # a column name from the run's mappings; empty: by index
+    desc: bool = False
+    errors: bool = False  # only scenarios with an errored cell
+    failed: bool = False  # only scenarios an evaluator judged success=false
+    column: str = ""  # a metric range on this column ...
+    low: float | None = None  # ... from
+    high: float | None = None  # ... to
+    q: str = ""  # text in the inputs or the outputs
+    repeat: int = 0
+
+    @classmethod
+    def from_params(cls, params) -> TableQuery:
+        def number(name):
+            try:
+                return float(params.get(name)) if params.get(name) not in (None, "") else None
+            except ValueError:
+                return None
+
+        sort = params.get("sort", "")
+        return cls(
+            sort=sort.lstrip("-"),
+            desc=sort.startswith("-"),
+            errors=params.get("errors") in ("1", "true", "on"),
+            failed=params.get("failed") in ("1", "true", "on"),
+            column=params.get("column", ""),
+            low=number("low"),
+            high=number("high"),
+            q=params.get("q", "").strip(),
+        )
+
+
+def _value_expr(run: Run, name: str, alias: str) -> tuple[str, list, str]:
+    """SQL for a column's value of scenario ``s``: (expression, params, join clause)."""
+    mapping = next((m for m in run.mappings if m["column"]["name"] == name), None)
+    if mapping is None:
+        return "s.index", [], ""
+    path = mapping["step"]["path"].split(".")
+    if mapping["column"]["kind"] == "input":
+        inner = path[1:] if path[0] == "data" else path[4:]
+        return "(s.inputs #>> %s)", [inner], ""
+    if mapping["column"]["kind"] == "annotation":
+        inner = path[4:]
+        join = (
+            f"LEFT JOIN runs_result {alias}r ON {alias}r.scenario_id = s.id AND {alias}r.step_key = %s "
+            f"AND {alias}r.repeat_idx = %s LEFT JOIN runs_annotation {alias}a ON {alias}a.id = {alias}r.annotation_id"
+        )
+        expr = (
+            f"(CASE jsonb_typeof({alias}a.outputs #> %s) WHEN 'number' THEN ({alias}a.outputs #>> %s)::float8 "
+            f"WHEN 'boolean' THEN ({alias}a.outputs #>> %s)::boolean::int END)"
+        )
+        return expr, [inner, inner, inner], join
+    return "s.index", [], ""
+
+
+def scenario_page(
+    run: Run, query: TableQuery, *, offset: int = 0, limit: int = 50
+) -> tuple[list[Scenario], int]:
+    """One page of scenarios, sorted and filtered in SQL (100,000 rows stay in the database)."""
+    where, params, joins, join_params = ["s.run_id = %s"], [run.pk], [], []
+    if query.errors:
+        where.append("s.status = 'errors'")
+    if query.failed:
+        where.append(
+            "EXISTS (SELECT 1 FROM runs_result fr JOIN runs_annotation fa ON fa.id = fr.annotation_id "
+            "WHERE fr.scenario_id = s.id AND fa.outputs @> '{\"success\": false}')"
+        )
+    if query.q:
+        invocation = next((st.key for st in run.steps.all() if st.type == "invocation"), "")
+        where.append(
+            "(s.inputs::text ILIKE %s OR EXISTS (SELECT 1 FROM runs_result qr JOIN runs_span qs "
+            "ON qs.trace_id = qr.trace_id AND qs.parent_id = '' WHERE qr.scenario_id = s.id "
+            "AND qr.step_key = %s AND (qs.attributes #>> '{ag,data,outputs}') ILIKE %s))"
+        )
+        escaped = query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        like = f"%{escaped}%"
+        params += [like, invocation, like]
+    if query.column and (query.low is not None or query.high is not None):
+        expr, expr_params, join = _value_expr(run, query.column, "flt_")
+        if join:
+            joins.append(join)
+            join_params += [_step_of(run, query.column), query.repeat]
+        if query.low is not None:
+            where.append(f"{expr} >= %s")
+            params += [*expr_params, query.low]
+        if query.high is not None:
+            where.append(f"{expr} <= %s")
+            params += [*expr_params, query.high]
+    order, order_params = "s.index", []
+    if query.sort and query.sort != "index":
+        expr, order_params, join = _value_expr(run, query.sort, "srt_")
+        if join:
+            joins.append(join)
+            join_params += [_step_of(run, query.sort), query.repeat]
+        order = f"{expr} {'DESC' if query.desc else 'ASC'} NULLS LAST, s.index"
+    elif query.desc:
+        order = "s.index DESC"
+    base = f"FROM runs_scenario s {' '.join(joins)} WHERE {' AND '.join(where)}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) {base}", [*join_params, *params])
+        total = cursor.fetchone()[0]
+        cursor.execute(
+            f"SELECT s.id {base} ORDER BY {order} LIMIT %s OFFSET %s",
+            [*join_params, *params, *order_params, limit, offset],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    by_id = Scenario.objects.in_bulk(ids)
+    return [by_id[i] for i in ids], total
+
+
+def _step_of(run: Run, name: str) -> str:
+    return next(m["step"]["key"] for m in run.mappings if m["column"]["name"] == name)

@@ -50,6 +50,8 @@ from runs.models import (
 
 logger = logging.getLogger(__name__)
 
+PEOPLE_KINDS = ("human", "feedback")  # kinds whose cells people (or the user's code) fill in
+
 # --- steps ------------------------------------------------------------------------------------
 
 
@@ -499,7 +501,13 @@ def _stored_invocation_trace(cell: Cell):
 
 
 def _scenario_statuses_update(run: Run, scenarios: list[Scenario]) -> None:
-    per_step = run.repeats * max(run.steps.exclude(type=StepType.INPUT).count(), 0) + 1
+    # Cells people fill in (human and logged feedback) are never waited for.
+    computed = [
+        s
+        for s in run.steps.exclude(type=StepType.INPUT).select_related("revision")
+        if s.revision is None or s.revision.kind not in PEOPLE_KINDS
+    ]
+    per_step = run.repeats * len(computed) + 1
     counts = (
         Result.objects.filter(scenario__in=scenarios)
         .values("scenario_id")

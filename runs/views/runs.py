@@ -25,7 +25,9 @@ from runs.models import Application, Run, RunMetrics, RunStatus, Testset
 @project_view()
 def run_list(request, project):
     status = request.GET.get("status", "")
-    runs = selectors.run_list(project=project, status=status, search=request.GET.get("q", "")).filter(is_online=False)
+    runs = selectors.run_list(
+        project=project, status=status, search=request.GET.get("q", "")
+    ).filter(is_online=False)
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     context = {
         "project": project,
@@ -43,28 +45,49 @@ def run_list(request, project):
 
 
 class RunForm(forms.Form):
-    name = forms.CharField(max_length=200, required=False, help_text="Defaults to testset × application.")
-    testset = forms.ModelChoiceField(queryset=Testset.objects.none(), empty_label="Choose a testset")
+    name = forms.CharField(
+        max_length=200, required=False, help_text="Defaults to testset × application."
+    )
+    testset = forms.ModelChoiceField(
+        queryset=Testset.objects.none(), empty_label="Choose a testset"
+    )
     application = forms.ModelChoiceField(
-        queryset=Application.objects.none(), required=False, empty_label="— outputs from a column —",
+        queryset=Application.objects.none(),
+        required=False,
+        empty_label="— outputs from a column —",
         help_text="What is evaluated. Leave empty to read outputs from a testset column.",
     )
     outputs_column = forms.CharField(
-        max_length=200, required=False, initial="outputs",
+        max_length=200,
+        required=False,
+        initial="outputs",
         help_text="With no application: the testset column that holds the outputs.",
     )
     evaluators = forms.ModelMultipleChoiceField(
-        queryset=Evaluator.objects.none(), widget=forms.CheckboxSelectMultiple, required=False,
+        queryset=Evaluator.objects.none(),
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
         help_text="Each runs at its newest revision.",
     )
-    repeats = forms.IntegerField(min_value=1, max_value=20, initial=1, help_text="Invoke and evaluate each row this many times.")
+    repeats = forms.IntegerField(
+        min_value=1,
+        max_value=20,
+        initial=1,
+        help_text="Invoke and evaluate each row this many times.",
+    )
 
     def __init__(self, project, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.project = project
-        self.fields["testset"].queryset = Testset.objects.for_project(project).filter(head__isnull=False)
-        self.fields["application"].queryset = Application.objects.for_project(project).exclude(kind=Application.Kind.LOGGED)
-        self.fields["evaluators"].queryset = Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback"))
+        self.fields["testset"].queryset = Testset.objects.for_project(project).filter(
+            head__isnull=False
+        )
+        self.fields["application"].queryset = Application.objects.for_project(project).exclude(
+            kind=Application.Kind.LOGGED
+        )
+        self.fields["evaluators"].queryset = (
+            Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback"))
+        )
 
     def clean(self):
         data = super().clean()
@@ -79,7 +102,11 @@ class RunForm(forms.Form):
         slug = f"column-{column}"[:100].lower().replace("_", "-").replace(" ", "-")
         existing = Application.objects.filter(project=self.project, slug=slug).first()
         return existing or application_create(
-            project=self.project, name=f"Column {column}", slug=slug, kind="column", config={"outputs_column": column}
+            project=self.project,
+            name=f"Column {column}",
+            slug=slug,
+            kind="column",
+            config={"outputs_column": column},
         )
 
 
@@ -127,21 +154,72 @@ def _cards(run: Run, data: dict) -> list[dict]:
         key = mapping["step"]["path"].removeprefix(metrics.OUTPUTS_PREFIX + ".")
         stats = data.get(mapping["step"]["key"], {}).get(key)
         if stats:
-            cards.append({"name": mapping["column"]["name"], "stats": stats, "chart": _chart(stats)})
+            cards.append(
+                {"name": mapping["column"]["name"], "stats": stats, "chart": _chart(stats)}
+            )
     return cards
 
 
 def _chart(stats: dict) -> str:
     if stats.get("histogram"):
         bins = stats["histogram"]
-        config = {"type": "bar", "labels": [f"{b['start']:.2g}" for b in bins], "data": [b["count"] for b in bins]}
+        config = {
+            "type": "bar",
+            "labels": [f"{b['start']:.2g}" for b in bins],
+            "data": [b["count"] for b in bins],
+        }
     elif stats.get("type") == "binary" and stats.get("count"):
-        config = {"type": "bar", "labels": ["true", "false"], "data": [stats["true"], stats["false"]], "colors": ["success", "failure"]}
+        config = {
+            "type": "bar",
+            "labels": ["true", "false"],
+            "data": [stats["true"], stats["false"]],
+            "colors": ["success", "failure"],
+        }
     elif stats.get("frequencies"):
-        config = {"type": "bar", "labels": [f["value"] for f in stats["frequencies"][:8]], "data": [f["count"] for f in stats["frequencies"][:8]]}
+        config = {
+            "type": "bar",
+            "labels": [f["value"] for f in stats["frequencies"][:8]],
+            "data": [f["count"] for f in stats["frequencies"][:8]],
+        }
     else:
         return ""
     return json.dumps(config)
+
+
+PAGE_SIZE = 50
+
+
+def _with(params, **changes) -> str:
+    """The current query string with some parameters changed (None removes one)."""
+    query = params.copy()
+    for key, value in changes.items():
+        if value is None:
+            query.pop(key, None)
+        else:
+            query[key] = value
+    return query.urlencode()
+
+
+def _table_columns(run: Run, params, query: selectors.TableQuery) -> list[dict]:
+    chosen = params.getlist("cols")
+    columns = []
+    for mapping in run.mappings:
+        name, kind = mapping["column"]["name"], mapping["column"]["kind"]
+        sortable = kind in ("input", "annotation")
+        direction = ("desc" if query.desc else "asc") if query.sort == name else ""
+        next_sort = f"-{name}" if direction == "asc" else name
+        columns.append(
+            {
+                "name": name,
+                "kind": kind,
+                "type": mapping["column"].get("type", ""),
+                "visible": not chosen or name in chosen,
+                "sortable": sortable,
+                "direction": direction,
+                "sort_url": _with(params, sort=next_sort, page=None) if sortable else "",
+            }
+        )
+    return columns
 
 
 @project_view()
@@ -150,24 +228,38 @@ def run_detail(request, project, run_id):
     if not run.is_active and metrics.run_metrics_stale(run):
         metrics.run_refresh(run=run)
         run.refresh_from_db()
-    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
-    data = row.data if row else {}
-    page = Paginator(run.scenarios.order_by("index"), 50).get_page(request.GET.get("page"))
-    rows = selectors.scenario_rows(run, list(page))
-    invocation = next((v for k, v in data.items() if k.startswith("application-")), {})
+    query = selectors.TableQuery.from_params(request.GET)
+    page_number = max(
+        int(request.GET.get("page", "1") or 1) if request.GET.get("page", "1").isdigit() else 1, 1
+    )
+    scenarios, total = selectors.scenario_page(
+        run, query, offset=(page_number - 1) * PAGE_SIZE, limit=PAGE_SIZE
+    )
+    page = Paginator(range(total), PAGE_SIZE).get_page(page_number)
+    columns = _table_columns(run, request.GET, query)
     context = {
         "project": project,
         "run": run,
-        "cards": _cards(run, data),
-        "invocation": invocation,
-        "columns": run.mappings,
-        "rows": rows,
+        "query": query,
+        "columns": columns,
+        "visible_columns": [c for c in columns if c["visible"]],
+        "metric_columns": [c for c in columns if c["kind"] == "annotation"],
+        "rows": selectors.scenario_rows(run, scenarios),
         "page": page,
+        "total": total,
         "can_edit": request.role in ("editor", "owner"),
-        "evaluators": Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback")),
     }
-    if request.htmx and request.GET.get("region") == "run-scenarios":
+    if request.htmx and request.htmx.target == "run-scenarios":
         return render(request, "runs/detail.html#run-scenarios", context)
+    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
+    data = row.data if row else {}
+    context |= {
+        "cards": _cards(run, data),
+        "invocation": next((v for k, v in data.items() if k.startswith("application-")), {}),
+        "evaluators": Evaluator.objects.for_project(project)
+        .active()
+        .exclude(kind__in=("human", "feedback")),
+    }
     return render(request, "runs/detail.html", context)
 
 
@@ -215,7 +307,9 @@ def run_metrics_refresh(request, project, run_id):
 @project_view()
 def run_add_evaluator(request, project, run_id):
     run = _run_or_404(project, run_id)
-    evaluator = Evaluator.objects.for_project(project).filter(pk=request.POST.get("evaluator") or 0).first()
+    evaluator = (
+        Evaluator.objects.for_project(project).filter(pk=request.POST.get("evaluator") or 0).first()
+    )
     if evaluator is None:
         messages.error(request, "Choose an evaluator of this project.")
         return redirect("run-detail", project.slug, run.pk)
@@ -235,7 +329,8 @@ class ApplicationForm(forms.Form):
     name = forms.CharField(max_length=200)
     kind = forms.ChoiceField(choices=Application.Kind.choices)
     config = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 6, "data-editor": "json", "class": "mono"}), initial="{}",
+        widget=forms.Textarea(attrs={"rows": 6, "data-editor": "json", "class": "mono"}),
+        initial="{}",
         help_text='column: {"outputs_column": "outputs"} · http: {"url": "https://…", "headers": {}, "outputs_path": "outputs"}',
     )
 
@@ -257,12 +352,16 @@ def application_list(request, project):
             app = application_create(project=project, **form.cleaned_data)
         except InvalidInput as exc:
             for field, reasons in exc.fields.items():
-                form.add_error("config" if field.startswith("config") else None, f"{field}: {reasons[0]}")
+                form.add_error(
+                    "config" if field.startswith("config") else None, f"{field}: {reasons[0]}"
+                )
         else:
             messages.success(request, f"Application {app.name} created.")
             return redirect("application-list", project.slug)
     apps = Application.objects.for_project(project)
-    return render(request, "runs/applications.html", {"project": project, "applications": apps, "form": form})
+    return render(
+        request, "runs/applications.html", {"project": project, "applications": apps, "form": form}
+    )
 
 
 urlpatterns = [

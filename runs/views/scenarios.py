@@ -1,0 +1,188 @@
+"""The scenario drill-in: inputs and ground truth, outputs, the trace, every evaluator's
+judgement, and the human annotation form."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.views.decorators.http import require_POST
+
+from evalsite.errors import InvalidInput
+from evalsite.views import project_view
+from evaluators.models import Evaluator
+from runs import metrics, selectors
+from runs.annotations import scenario_annotate
+from runs.forms import AnnotationForm
+from runs.ingest import trace_dict
+from runs.models import Result, Run, Scenario
+from runs.services import PEOPLE_KINDS
+
+
+def _run_and_scenario(project, run_id, index) -> tuple[Run, Scenario]:
+    run = selectors.run_get(project=project, run_id=run_id)
+    scenario = (
+        run.scenarios.filter(index=index).select_related("testcase", "trace").first()
+        if run
+        else None
+    )
+    if scenario is None:
+        raise Http404("No such scenario.")
+    return run, scenario
+
+
+def _ground_truth_keys(run: Run) -> set[str]:
+    keys = {"correct_answer", "ground_truth", "reference", "expected"}
+    for step in run.steps.filter(type="annotation").select_related("revision"):
+        key = (step.revision.parameters or {}).get("correct_answer_key")
+        if key:
+            keys.add(key)
+    return keys
+
+
+def _panel(run: Run, scenario: Scenario) -> list[dict]:
+    """Every evaluator of the run with its cell: outputs, status, error, duration, revision."""
+    results = {
+        (r.step_key, r.repeat_idx): r
+        for r in Result.objects.filter(scenario=scenario).select_related(
+            "annotation__judge_trace", "annotation__updated_by"
+        )
+    }
+    panel = []
+    for step in (
+        run.steps.filter(type="annotation")
+        .select_related("revision__evaluator")
+        .order_by("position")
+    ):
+        revision = step.revision
+        schema, source = metrics.revision_outputs_schema(revision)
+        result = results.get((step.key, 0))
+        annotation = result.annotation if result else None
+        panel.append(
+            {
+                "step": step,
+                "revision": revision,
+                "evaluator": revision.evaluator,
+                "result": result,
+                "annotation": annotation,
+                "schema_source": source,
+                "form": AnnotationForm(
+                    schema,
+                    initial_outputs=annotation.outputs if annotation else None,
+                    prefix=f"s{step.pk}",
+                )
+                if schema
+                else None,
+                "people": revision.kind in PEOPLE_KINDS,
+            }
+        )
+    return panel
+
+
+@project_view()
+def scenario_detail(request, project, run_id, index):
+    run, scenario = _run_and_scenario(project, run_id, index)
+    rows = selectors.scenario_rows(run, [scenario])
+    invocation = (
+        Result.objects.filter(scenario=scenario, repeat_idx=0, trace__isnull=False)
+        .select_related("trace")
+        .first()
+    )
+    trace = (
+        trace_dict(invocation.trace)
+        if invocation
+        else (trace_dict(scenario.trace) if scenario.trace else None)
+    )
+    root = next(iter(trace["spans"].values()), {}) if trace else {}
+    outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
+    neighbours = run.scenarios.order_by("index").values_list("index", flat=True)
+    previous = neighbours.filter(index__lt=index).order_by("-index").first()
+    following = neighbours.filter(index__gt=index).first()
+    truth_keys = _ground_truth_keys(run)
+    human = (
+        Evaluator.objects.for_project(project).active().filter(kind="human").select_related("head")
+    )
+    in_run = set(run.steps.values_list("revision_id", flat=True))
+    context = {
+        "project": project,
+        "run": run,
+        "scenario": scenario,
+        "row": rows[0],
+        "inputs": [(k, v, k in truth_keys) for k, v in scenario.inputs.items()],
+        "outputs": outputs,
+        "outputs_text": isinstance(outputs, str),
+        "trace": trace,
+        "panel": _panel(run, scenario),
+        "previous": previous,
+        "following": following,
+        "extra_human": [
+            (e, AnnotationForm(metrics.revision_outputs_schema(e.head)[0] or {}, prefix="new"))
+            for e in human
+            if e.head_id not in in_run
+        ],
+        "can_edit": request.role in ("editor", "owner") and not run.closed,
+        "playground": _playground_url(project, run, scenario, outputs, trace),
+    }
+    return render(request, "runs/scenario.html", context)
+
+
+def _playground_url(project, run, scenario, outputs, trace) -> str:
+    """The code evaluator playground, prefilled with this scenario (first code evaluator of the run)."""
+    step = (
+        run.steps.filter(type="annotation", revision__kind="code")
+        .select_related("revision__evaluator")
+        .first()
+    )
+    if step is None:
+        return ""
+    url = reverse("evaluator-detail", args=[project.slug, step.revision.evaluator.slug])
+    return f"{url}?{urlencode({'run': run.pk, 'scenario': scenario.index})}#try-panel"
+
+
+@require_POST
+@project_view()
+def scenario_annotate_view(request, project, run_id, index):
+    run, scenario = _run_and_scenario(project, run_id, index)
+    evaluator = (
+        Evaluator.objects.for_project(project)
+        .filter(pk=request.POST.get("evaluator") or 0)
+        .select_related("head")
+        .first()
+    )
+    if evaluator is None:
+        raise Http404("No such evaluator.")
+    revision = evaluator.head
+    step = run.steps.filter(revision__evaluator=evaluator).select_related("revision").first()
+    if step is not None:
+        revision = step.revision
+    schema, _ = metrics.revision_outputs_schema(revision)
+    prefix = f"s{step.pk}" if step else request.POST.get("prefix", "new")
+    form = AnnotationForm(schema or {}, request.POST, prefix=prefix)
+    url = reverse("scenario-detail", args=[project.slug, run.pk, scenario.index])
+    if not form.is_valid():
+        messages.error(request, "; ".join(f"{k}: {v[0]}" for k, v in form.errors.items()))
+        return redirect(url)
+    outputs = form.outputs()
+    try:
+        scenario_annotate(
+            run=run, scenario=scenario, revision=revision, outputs=outputs, author=request.user
+        )
+    except InvalidInput as exc:
+        messages.error(request, "; ".join(f"{k}: {v[0]}" for k, v in exc.fields.items()))
+    else:
+        messages.success(request, f"Saved {evaluator.name}: {json.dumps(outputs)}")
+    return redirect(url)
+
+
+urlpatterns = [
+    path("runs/<int:run_id>/scenarios/<int:index>/", scenario_detail, name="scenario-detail"),
+    path(
+        "runs/<int:run_id>/scenarios/<int:index>/annotate",
+        scenario_annotate_view,
+        name="scenario-annotate",
+    ),
+]
