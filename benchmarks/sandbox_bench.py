@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evaluators.sandbox import get_runner  # noqa: E402
-from evaluators.sandbox.config import Config, load_config  # noqa: E402
-from evaluators.sandbox.pool import registry  # noqa: E402
-from evaluators.sandbox.process import WorkerProcess  # noqa: E402
+from evaluators.sandbox import get_runner
+from evaluators.sandbox.config import Config, load_config
+from evaluators.sandbox.pool import registry
+from evaluators.sandbox.process import WorkerProcess
 
 CODE = {
     "python": "def evaluate(inputs, outputs, trace):\n    return outputs == inputs['correct_answer']\n",
@@ -40,7 +40,11 @@ CODE = {
     "typescript": "export function evaluate(inputs: {correct_answer: string}, outputs: string,"
     " trace: unknown): boolean {\n  return outputs === inputs.correct_answer;\n}\n",
 }
-CALL = {"inputs": {"country": "France", "correct_answer": "Paris"}, "outputs": "Paris", "trace": None}
+CALL = {
+    "inputs": {"country": "France", "correct_answer": "Paris"},
+    "outputs": "Paris",
+    "trace": None,
+}
 
 NODE_LOOP = r"""
 const vm = require('vm');
@@ -69,24 +73,38 @@ console.log(JSON.stringify({ json: n / json, bare: (n * 10) / bare, sink }));
 """.replace("%CALL%", json.dumps(CALL))
 
 
-def sandboxed_rate(config: Config, runtime: str, total: int, batch: int) -> float:
+def pool_rates(config: Config, total: int, batch: int, rounds: int) -> dict[str, float]:
+    """Best evaluations/s per runtime through one warm worker each.
+
+    Runtimes take turns round after round, so a noisy neighbour on the machine weighs on each
+    of them alike; the best round counts.
+    """
     runner = get_runner(config)
     calls = [CALL] * batch
 
-    def run() -> None:
+    def run(runtime: str) -> None:
         results = runner.run_batch(
-            config=config, project_key="bench", runtime=runtime, code=CODE[runtime],
-            revision_key=f"bench-{runtime}", version="2", calls=calls, timeout_s=5.0,
-        )  # fmt: skip
-        assert results[-1].value is True, results[-1]
+            config=config,
+            project_key="bench",
+            runtime=runtime,
+            code=CODE[runtime],
+            revision_key=f"bench-{runtime}",
+            version="2",
+            calls=calls,
+            timeout_s=5.0,
+        )
+        assert len(results) == batch and all(r.value is True for r in results), results[-1]
 
-    run()  # start the worker, compile the evaluator (and transpile TypeScript) once
-    best = 0.0
-    for _ in range(3):
-        started = time.perf_counter()
-        for _ in range(total // batch):
-            run()
-        best = max(best, (total // batch) * batch / (time.perf_counter() - started))
+    for runtime in CODE:
+        run(runtime)  # start the worker, compile the evaluator (and transpile TypeScript) once
+    best = dict.fromkeys(CODE, 0.0)
+    for _ in range(rounds):
+        for runtime in CODE:
+            started = time.perf_counter()
+            for _ in range(total // batch):
+                run(runtime)
+            rate = (total // batch) * batch / (time.perf_counter() - started)
+            best[runtime] = max(best[runtime], rate)
     return best
 
 
@@ -113,8 +131,10 @@ def node_in_process(config: Config, runtime: str, total: int) -> tuple[float, fl
     sucrase = str(Path(config.node_modules, "sucrase"))
     out = subprocess.run(
         [config.node, "-e", NODE_LOOP, runtime, str(total), CODE[runtime], sucrase],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rates = json.loads(out.stdout)
     return rates["json"], rates["bare"]
 
@@ -130,27 +150,35 @@ def cold_start_ms(config: Config, runtime: str, samples: int = 9) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=40000)
-    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=20000, help="calls per round and runtime")
+    parser.add_argument("--batch", type=int, default=2000, help="calls per run_batch")
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     base = load_config().with_(workers_per_pool=1)
     jailed, bare = base.with_(runner="sandbox"), base.with_(runner="inprocess")
-    cold_start_ms(jailed, "python", 1)  # first start pays for working out the binds
-    print(f"{'runtime':<11} {'sandboxed/s':>12} {'unsandboxed pool/s':>19} {'in-process+JSON/s':>18} "
-          f"{'in-process bare/s':>18} {'ratio pool':>10} {'ratio JSON':>10} {'ratio bare':>10} "
-          f"{'cold start':>11}")  # fmt: skip
-    for runtime in ("python", "javascript", "typescript"):
-        sandboxed = sandboxed_rate(jailed, runtime, args.calls, args.batch)
-        pooled = sandboxed_rate(bare, runtime, args.calls, args.batch)
-        if runtime == "python":
-            with_json, plain = python_in_process(args.calls)
-        else:
-            with_json, plain = node_in_process(base, runtime, args.calls)
-        cold = cold_start_ms(jailed, runtime)
-        print(f"{runtime:<11} {sandboxed:>12,.0f} {pooled:>19,.0f} {with_json:>18,.0f} {plain:>18,.0f} "
-              f"{sandboxed / pooled:>10.2f} {sandboxed / with_json:>10.2f} {sandboxed / plain:>10.4f} "
-              f"{cold:>8.1f} ms")  # fmt: skip
+    cold_start_ms(jailed, "python", 1)  # the first start pays for working out the binds
+    sandboxed = pool_rates(jailed, args.calls, args.batch, args.rounds)
+    pooled = pool_rates(bare, args.calls, args.batch, args.rounds)
     registry().close_all()
+    print(
+        f"{'runtime':<11} {'sandboxed/s':>12} {'unsandboxed pool/s':>19} {'in-process+JSON/s':>18} "
+        f"{'in-process bare/s':>18} {'ratio pool':>10} {'ratio JSON':>10} {'ratio bare':>10} "
+        f"{'cold start':>11}"
+    )
+    for runtime in CODE:
+        if runtime == "python":
+            with_json, plain = python_in_process(args.calls * 2)
+        else:
+            with_json, plain = node_in_process(base, runtime, args.calls * 10)
+        cold = cold_start_ms(jailed, runtime)
+        rate = sandboxed[runtime]
+        print(
+            f"{runtime:<11} {rate:>12,.0f} {pooled[runtime]:>19,.0f} {with_json:>18,.0f} "
+            f"{plain:>18,.0f} {rate / pooled[runtime]:>10.2f} {rate / with_json:>10.2f} "
+            f"{rate / plain:>10.4f} {cold:>8.1f} ms"
+        )
+    ts_vs_js = sandboxed["typescript"] / sandboxed["javascript"]
+    print(f"TypeScript / JavaScript (sandboxed): {ts_vs_js:.2f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ See docs/sandbox.md for the threat model and the limits.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Any, Protocol
 
 from . import jail, pool
@@ -41,6 +44,9 @@ __all__ = [
 ]
 
 CHECK_TIMEOUT_S = 10.0
+PROBE_TTL_S = 30.0
+_probes: dict[Config, tuple[float, str | None]] = {}
+_probe_lock = threading.Lock()
 
 
 class Runner(Protocol):
@@ -98,7 +104,8 @@ class WorkerRunner:
         if self.sandboxed:
             problem = _sandbox_problem(config)
             status.update(available=problem is None, problem=problem)
-            status["uid"] = {r: _uid_label(config, r) for r in ("python", "javascript")}
+            if problem is None:
+                status.update(_uid_report(config))
         else:
             status["warning"] = (
                 "user code runs without any sandbox (EVALSITE_CODE_RUNNER=inprocess)"
@@ -181,8 +188,8 @@ def sandbox_status() -> dict[str, Any]:
         return {"available": False, "runner": None, "problem": str(exc)}
     runner = _RUNNERS.get(config.runner)
     if runner is None:
-        return {"available": False, "runner": config.runner,
-                "problem": f"runner {config.runner!r} is not installed"}  # fmt: skip
+        problem = f"runner {config.runner!r} is not installed"
+        return {"available": False, "runner": config.runner, "problem": problem}
     return runner.status(config)
 
 
@@ -198,30 +205,49 @@ def _require_sandbox(config: Config) -> None:
 
 
 def _sandbox_problem(config: Config, *, probe: bool = True) -> str | None:
-    """Why the jail cannot run here, or None. ``probe`` also starts a trivial jail."""
-    import os
-
-    if not os.access(config.bwrap, os.X_OK):
-        return (
-            f"bwrap not found at {config.bwrap} (install bubblewrap, or set EVALSITE_SANDBOX_BWRAP)"
-        )
-    if not os.access(config.prlimit, os.X_OK):
-        return f"prlimit not found at {config.prlimit} (install util-linux, or set EVALSITE_SANDBOX_PRLIMIT)"
+    """Why the jail cannot run here, or None. ``probe`` also starts a jailed worker."""
+    for name, path, package in (
+        ("bwrap", config.bwrap, "bubblewrap"),
+        ("prlimit", config.prlimit, "util-linux"),
+    ):
+        if not os.access(path, os.X_OK):
+            setting = f"EVALSITE_SANDBOX_{name.upper()}"
+            return f"{name} not found at {path} (install {package}, or set {setting})"
     try:
         filter_bpf(allow_threads=True)
     except SandboxUnavailable as exc:
         return str(exc)
-    if not probe:
-        return None
+    return _probe(config) if probe else None
+
+
+def _probe(config: Config) -> str | None:
+    """Start and stop one jailed worker; the answer is kept for PROBE_TTL_S."""
+    now = time.monotonic()
+    with _probe_lock:
+        cached = _probes.get(config)
+        if cached and now - cached[0] < PROBE_TTL_S:
+            return cached[1]
     try:
         WorkerProcess(config, "python", sandboxed=True).close()
+        problem = None
     except SandboxError as exc:
-        return f"a jailed worker could not start: {exc}"
-    return None
+        problem = f"a jailed worker could not start: {exc}"
+    with _probe_lock:
+        _probes[config] = (now, problem)
+    return problem
 
 
-def _uid_label(config: Config, runtime: str) -> int | str:
-    import os
-
-    uid = jail.sandbox_uid(config, runtime)
-    return uid if uid is not None else os.geteuid()
+def _uid_report(config: Config) -> dict[str, Any]:
+    """The host uid each runtime's workers run as, and a warning for each that stays root."""
+    uids = {}
+    for runtime in ("python", "javascript"):
+        uid = jail.sandbox_uid(config, runtime)
+        uids[runtime] = uid if uid is not None else os.geteuid()
+    warnings = [
+        f"{runtime} workers run as host root (uid 0): some path the jail binds is not readable "
+        "by uid 65534; a world-readable runtime (EVALSITE_SANDBOX_PYTHON / EVALSITE_SANDBOX_NODE) "
+        "lets them drop to 65534."
+        for runtime, uid in uids.items()
+        if uid == 0
+    ]
+    return {"uid": uids, "warnings": warnings}

@@ -23,9 +23,27 @@ REPO_DIR = PACKAGE_DIR.parent.parent
 
 
 def _default_python() -> str:
-    # The host's own interpreter (the real binary behind a virtualenv's symlink), so evaluators
-    # see the same Python version as the rest of evalsite. Its site-packages is never bound.
-    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    """The host's own interpreter (the real binary behind a virtualenv's symlink), unless an
+    unprivileged user could not read it (say, under /root/.pyenv): the jail can only drop to
+    uid 65534 with an interpreter that user can run, so a world-readable system Python wins
+    then. Its site-packages is never bound either way."""
+    own = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    for candidate in (own, "/usr/bin/python3"):
+        real = os.path.realpath(candidate)
+        if os.path.exists(real) and _world_usable(real):
+            return real
+    return own
+
+
+def _world_usable(path: str) -> bool:
+    """Every directory on the way is searchable by others, and the file is readable and
+    executable by others."""
+    import stat
+
+    current = Path(path)
+    if current.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH) != (stat.S_IROTH | stat.S_IXOTH):
+        return False
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in current.parents)
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,8 @@ class Config:
     tmp_mb: int = 16
     log_limit_bytes: int = 64 * 1024
     result_limit_bytes: int = 1024 * 1024
-    recycle_after: int = 20000  # calls served before a worker is replaced
+    batch_output_limit_bytes: int = 32 * 1024 * 1024  # results + logs of one batch, in all
+    recycle_after: int = 50000  # calls served before a worker is replaced
     workers_per_pool: int = 2
     max_workers: int = 16  # across every pool of this host process
     idle_seconds: float = 300.0

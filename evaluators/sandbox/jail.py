@@ -26,6 +26,7 @@ import re
 import select
 import stat
 import subprocess
+import sys
 import sysconfig
 import time
 from dataclasses import dataclass
@@ -137,16 +138,12 @@ def _node_layout(node: str, node_modules: str) -> Layout:
 
 
 def _stdlib_of(python: str) -> str:
-    if python == os.path.realpath(sysconfig.get_config_var("BINDIR") + "/python3") or (
-        Path(python).parent == Path(sysconfig.get_config_var("BINDIR")).resolve()
-    ):
+    if python == os.path.realpath(getattr(sys, "_base_executable", sys.executable)):
         return sysconfig.get_paths()["stdlib"]
-    out = subprocess.run(
-        [python, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    query = "import sysconfig; print(sysconfig.get_paths()['stdlib'])"
+    out = subprocess.run([python, "-I", "-S", "-c", query], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SandboxUnavailable(f"cannot run the sandbox's Python {python}: {out.stderr.strip()}")
     return out.stdout.strip()
 
 
@@ -186,8 +183,10 @@ def bwrap_argv(
     # Read-only /proc: with a host-root uid, sysctl files would otherwise be writable (the kernel
     # checks the uid, not the namespace). Read-only /dev: its tmpfs has no size limit.
     argv += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-    argv += ["--size", str(config.tmp_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp"]
-    argv += ["--remount-ro", "/", "--chdir", "/tmp"]
+    # The jail's own /tmp: a fresh, size-limited tmpfs.
+    tmp = "/tmp"  # noqa: S108
+    argv += ["--size", str(config.tmp_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", tmp]
+    argv += ["--remount-ro", "/", "--chdir", tmp]
     argv += ["--seccomp", str(seccomp_fd), "--info-fd", str(info_fd), "--", *command]
     return argv
 
@@ -290,7 +289,8 @@ def _worker_argv(config: Config, runtime: str, base: tuple[str, ...], res_w: int
     argv = list(base)
     if family(runtime) == "node":
         argv[1:1] = node_flags(config)
-    return [*argv, str(res_w), str(config.log_limit_bytes), str(config.result_limit_bytes)]
+    limits = [str(config.log_limit_bytes), str(config.result_limit_bytes)]
+    return [*argv, str(res_w), *limits, runtime]
 
 
 def _spawn_jailed(
@@ -305,6 +305,7 @@ def _spawn_jailed(
         # Far below the pipe buffer (the filter is ~1 KiB), so this write cannot block.
         os.write(bpf_w, filter_bpf(allow_threads=family(runtime) == "node"))
         _close(bpf_w)
+        bpf_w = -1
         command = _worker_argv(config, runtime, layout.argv, child_ends[1])
         argv = limits_prefix(config, runtime) + bwrap_argv(
             config, layout, command, seccomp_fd=bpf_r, info_fd=info_w
@@ -315,7 +316,7 @@ def _spawn_jailed(
         info_w = -1
         return proc, _read_child_pid(info_r, proc, config.start_timeout_s)
     finally:
-        _close(bpf_r, info_r, info_w)
+        _close(bpf_r, bpf_w, info_r, info_w)
 
 
 def _spawn_bare(

@@ -1,16 +1,16 @@
 """Warm worker pools: long-lived workers per (configuration, project, runtime), fed batches.
 
-Lifecycle of a worker: started on demand (by a dedicated spawner thread, see ``_spawn``), checked
-out by one thread for one batch attempt, checked back in, and closed when it has served
-``recycle_after`` calls, after any fault, when it has been idle for ``idle_seconds``, or to make
-room under ``max_workers``. A worker never serves two projects: the project is part of the key.
+Lifecycle of a worker: started on demand (from ``Registry.spawner``'s long-lived threads),
+checked out by one thread for one batch attempt, checked back in, and closed after any fault,
+when idle for ``idle_seconds``, or to make room under ``max_workers``. After ``recycle_after``
+calls or half its CPU-time allowance it is recycled: closed, and a successor started in the
+background in its slot. A worker never serves two projects: the project is part of the key.
 
 A batch is cut into attempts. When a worker faults (timeout, crash, memory, protocol violation),
 the calls that finished keep their results, the call in flight gets the fault as its error, and
 the rest go to a fresh worker. ``max_consecutive_faults`` attempts in a row that achieve nothing
 else stop the batch: the remaining calls fail as ``aborted`` instead of each waiting out its own
-timeout.
-"""
+timeout."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Config
-from .process import Outcome, WorkerProcess, encode_chunks, fault_result
+from .process import Fault, Outcome, WorkerProcess, encode_chunks, fault_result
 from .results import CallResult, error_result
 
 log = logging.getLogger("evaluators.sandbox")
+
 
 @dataclass
 class Pool:
@@ -37,6 +38,7 @@ class Pool:
     sandboxed: bool
     idle: list[WorkerProcess] = field(default_factory=list)
     size: int = 0  # idle + checked out + being started
+    users: int = 0  # run_batch calls holding this pool: it must stay registered meanwhile
 
 
 class Registry:
@@ -52,14 +54,14 @@ class Registry:
 
     # -- checkout / checkin ---------------------------------------------------------------------
     def checkout(self, pool: Pool) -> WorkerProcess:
-        with self.lock:
-            while True:
-                if pool.idle:
-                    return pool.idle.pop()
-                if pool.size < pool.config.workers_per_pool and self._make_room(pool.config):
-                    pool.size += 1
-                    break
-                self.lock.wait(timeout=1.0)
+        while True:
+            worker = self._take_idle_or_slot(pool)
+            if worker is None:
+                break
+            if worker.alive():
+                return worker
+            # Died while idle (killed from outside): nobody's call is to blame.
+            self.checkin(pool, worker, healthy=False)
         try:
             return self.spawner.submit(
                 WorkerProcess, pool.config, pool.runtime, sandboxed=pool.sandboxed
@@ -70,16 +72,45 @@ class Registry:
                 self.lock.notify_all()
             raise
 
+    def _take_idle_or_slot(self, pool: Pool) -> WorkerProcess | None:
+        """An idle worker, or None once a slot for a new one is reserved."""
+        with self.lock:
+            while True:
+                if pool.idle:
+                    return pool.idle.pop()
+                if pool.size < pool.config.workers_per_pool and self._make_room(pool.config):
+                    pool.size += 1
+                    return None
+                self.lock.wait(timeout=1.0)
+
     def checkin(self, pool: Pool, worker: WorkerProcess, *, healthy: bool) -> None:
-        keep = healthy and worker.remaining > 0
+        worn = worker.worn_out()
+        keep = healthy and not worn
         with self.lock:
             if keep:
                 pool.idle.append(worker)
+            elif healthy:
+                # Recycled on schedule: its successor starts now, off the caller's thread, and
+                # inherits its slot, so the next batch does not wait for a cold start.
+                self.spawner.submit(self._spawn_spare, pool)
             else:
                 pool.size -= 1
             self.lock.notify_all()
         if not keep:
             worker.close()
+
+    def _spawn_spare(self, pool: Pool) -> None:
+        try:
+            worker = WorkerProcess(pool.config, pool.runtime, sandboxed=pool.sandboxed)
+        except Exception:
+            log.exception("could not start a replacement %s worker", pool.runtime)
+            with self.lock:
+                pool.size -= 1
+                self.lock.notify_all()
+            return
+        with self.lock:
+            pool.idle.append(worker)
+            self.lock.notify_all()
 
     def _make_room(self, config: Config) -> bool:
         """Whether one more worker fits under max_workers, closing the stalest idle one if not."""
@@ -96,15 +127,15 @@ class Registry:
 
     # -- pools ----------------------------------------------------------------------------------
     def pool(self, config: Config, project_key: str, runtime: str, *, sandboxed: bool) -> Pool:
+        """The pool for this key, held until ``release``."""
         key = (config, project_key, runtime, sandboxed)
         with self.lock:
             pool = self.pools.get(key)
+            created = pool is None
             if pool is None:
                 pool = self.pools[key] = Pool(config, project_key, runtime, sandboxed)
                 self._start_reaper()
-                created = True
-            else:
-                created = False
+            pool.users += 1
         if created and not sandboxed:
             log.warning(
                 "UNSANDBOXED code runner: starting a %s pool for project %r with "
@@ -114,6 +145,10 @@ class Registry:
                 project_key,
             )
         return pool
+
+    def release(self, pool: Pool) -> None:
+        with self.lock:
+            pool.users -= 1
 
     def close_all(self) -> None:
         with self.lock:
@@ -126,8 +161,9 @@ class Registry:
 
     def _start_reaper(self) -> None:
         if self.reaper is None:
-            self.reaper = threading.Thread(target=self._reap_forever, daemon=True,
-                                           name="sandbox-reaper")  # fmt: skip
+            self.reaper = threading.Thread(
+                target=self._reap_forever, daemon=True, name="sandbox-reaper"
+            )
             self.reaper.start()
 
     def _reap_forever(self) -> None:
@@ -145,7 +181,7 @@ class Registry:
                     pool.idle.remove(worker)
                     pool.size -= 1
                 stale += expired
-                if pool.size == 0:
+                if pool.size == 0 and pool.users == 0:
                     del self.pools[key]
         for worker in stale:
             worker.close()
@@ -159,21 +195,16 @@ class Registry:
 
 
 _registry = Registry()
-atexit.register(_registry.close_all)
+atexit.register(lambda: _registry.close_all())
 
 
 def _forget_after_fork() -> None:
     # A forked child (Celery prefork) must not drive its parent's workers through shared pipes.
     global _registry
-    old = _registry
-    _registry = Registry()
+    old, _registry = _registry, Registry()
     for pool in old.pools.values():
         for worker in pool.idle:
-            for fd in (worker.spawned.requests, worker.spawned.results, worker.spawned.diag):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            worker.forget()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -192,6 +223,7 @@ class Batch:
     timeout_s: float
     args: list[list[Any]]
     results: list[CallResult | None]
+    output_budget: int
     chunks: list[bytes] | None = None  # every call encoded, until the first attempt uses it
 
 
@@ -209,15 +241,20 @@ def run_batch(
 ) -> list[CallResult]:
     """Run every call through the project's pool; see the module docstring for faults."""
     args = [call_args(call, version) for call in calls]
-    batch = Batch(code, revision_key, version, timeout_s, args, [None] * len(args))
+    budget = config.batch_output_limit_bytes
+    batch = Batch(code, revision_key, version, timeout_s, args, [None] * len(args), budget)
     pending = _encode_or_reject(batch)
-    pool = _registry.pool(config, project_key, runtime, sandboxed=sandboxed)
-    streak = 0
-    while pending:
-        pending, streak = _attempt(pool, batch, pending, streak)
-        if pending and streak >= config.max_consecutive_faults:
-            _abort(batch, pending, streak)
-            break
+    pools = _registry
+    pool = pools.pool(config, project_key, runtime, sandboxed=sandboxed)
+    try:
+        streak = 0
+        while pending:
+            pending, streak = _attempt(pools, pool, batch, pending, streak)
+            if pending and streak >= config.max_consecutive_faults:
+                _abort(batch, pending, f"the previous {streak} calls each stopped the worker")
+                break
+    finally:
+        pools.release(pool)
     return batch.results  # type: ignore[return-value]  # every slot is filled by now
 
 
@@ -240,9 +277,11 @@ def _encode_or_reject(batch: Batch) -> list[int]:
     return pending
 
 
-def _attempt(pool: Pool, batch: Batch, pending: list[int], streak: int) -> tuple[list[int], int]:
+def _attempt(
+    pools: Registry, pool: Pool, batch: Batch, pending: list[int], streak: int
+) -> tuple[list[int], int]:
     """One attempt on one worker; returns the calls still to run and the updated fault streak."""
-    worker = _registry.checkout(pool)
+    worker = pools.checkout(pool)
     outcome: Outcome | None = None
     try:
         chunk = pending[: worker.remaining]
@@ -255,9 +294,10 @@ def _attempt(pool: Pool, batch: Batch, pending: list[int], streak: int) -> tuple
             count=len(chunk),
             chunks=chunks or encode_chunks([batch.args[i] for i in chunk]),
             timeout_s=batch.timeout_s,
+            output_budget=batch.output_budget,
         )
     finally:
-        _registry.checkin(pool, worker, healthy=outcome is not None and outcome.healthy)
+        pools.checkin(pool, worker, healthy=outcome is not None and outcome.healthy)
     if outcome.load_error is not None or outcome.during_load:
         _fail_load(batch, pending, outcome)
         return [], 0
@@ -270,6 +310,10 @@ def _attempt(pool: Pool, batch: Batch, pending: list[int], streak: int) -> tuple
     if outcome.fault is not None and done < len(chunk):
         batch.results[chunk[done]] = fault_result(outcome.fault)
         done += 1
+    batch.output_budget -= outcome.received
+    if outcome.fault is not None and outcome.fault.code == "output_limit":
+        _abort(batch, pending[done:], outcome.fault)
+        return [], 0
     if outcome.healthy:
         return pending[done:], 0
     # A fault (or a worker asking to go) that came with no other progress lengthens the streak.
@@ -282,25 +326,28 @@ def _fail_load(batch: Batch, pending: list[int], outcome: Outcome) -> None:
     else:
         assert outcome.fault is not None
         fault = outcome.fault
-        error = {"code": fault.code, "type": "SandboxError",
-                 "message": "While loading the evaluator: " + fault.message,
-                 "stacktrace": fault.detail}  # fmt: skip
+        error = {
+            "code": fault.code,
+            "type": "SandboxError",
+            "message": "While loading the evaluator: " + fault.message,
+            "stacktrace": fault.detail,
+        }
     for index in pending:
         batch.results[index] = CallResult("error", None, dict(error), outcome.load_logs, 0.0)
 
 
-def _abort(batch: Batch, pending: list[int], streak: int) -> None:
-    message = (
-        f"Not run: the previous {streak} calls of this batch each stopped the worker "
-        "(see their errors)."
-    )
+def _abort(batch: Batch, pending: list[int], why: str | Fault) -> None:
+    if isinstance(why, Fault):
+        code, message = why.code, f"Not run: {why.message}"
+    else:
+        code, message = "aborted", f"Not run: {why} (see their errors)."
     for index in pending:
-        batch.results[index] = error_result("aborted", message)
+        batch.results[index] = error_result(code, message)
 
 
 def call_args(call: dict[str, Any], version: str) -> list[Any]:
     """The positional arguments of evaluate() for one call."""
     if version == "1":
-        return [call.get("app_params") or {}, call.get("inputs"), call.get("outputs"),
-                call.get("correct_answer")]  # fmt: skip
+        app_params = call.get("app_params") or {}
+        return [app_params, call.get("inputs"), call.get("outputs"), call.get("correct_answer")]
     return [call.get("inputs"), call.get("outputs"), call.get("trace")]

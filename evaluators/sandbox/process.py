@@ -8,6 +8,7 @@ The wire protocol is described in ``harness/worker.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -37,6 +38,7 @@ _OOM_MARKERS = (
     b"std::bad_alloc",
 )
 _SIGNALS = {s.value for s in signal.Signals}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
@@ -75,6 +77,7 @@ class Outcome:
     load_error: dict[str, Any] | None = None
     load_logs: str = ""
     retire: bool = False
+    received: int = 0  # bytes of result frames accepted
 
     @property
     def healthy(self) -> bool:
@@ -82,6 +85,10 @@ class Outcome:
 
 
 class ProtocolViolation(Exception):
+    pass
+
+
+class OverBudget(Exception):
     pass
 
 
@@ -109,6 +116,23 @@ class WorkerProcess:
         """Calls this worker may still serve before it is recycled."""
         return max(self.config.recycle_after - self.calls_served, 0)
 
+    def worn_out(self) -> bool:
+        """Due for recycling: served its calls, or used half its lifetime CPU allowance (the
+        other half is headroom, so RLIMIT_CPU never kills it in the middle of a call)."""
+        return self.remaining == 0 or self.cpu_used() > self.config.cpu_seconds / 2
+
+    def alive(self) -> bool:
+        # A pidfd turns readable when its process exits.
+        return not select.select([self.spawned.pidfd], [], [], 0)[0]
+
+    def cpu_used(self) -> float:
+        try:
+            with open(f"/proc/{self.spawned.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
     # -- one batch ------------------------------------------------------------------------------
     def run(
         self,
@@ -119,14 +143,20 @@ class WorkerProcess:
         count: int,
         chunks: list[bytes],
         timeout_s: float,
+        output_budget: int,
     ) -> Outcome:
-        """Send one batch of ``count`` calls (already encoded by ``encode_chunks``)."""
+        """Send one batch of ``count`` calls (already encoded by ``encode_chunks``).
+
+        ``output_budget``: bytes of results and logs the host accepts before it stops the
+        worker with ``output_limit`` (a bound on the host's memory, whatever the batch size).
+        """
         nonce = secrets.token_hex(12)
         header = {
             "op": "batch", "nonce": nonce, "rev": revision_key, "code": code,
             "version": version, "n": count, "runtime": self.runtime,
         }  # fmt: skip
-        reader = _BatchReader(nonce.encode(), count, self.config.log_limit_bytes)
+        self.diag.clear()  # a crash report should only show this batch's output
+        reader = _BatchReader(nonce.encode(), count, self.config.log_limit_bytes, output_budget)
         head = json.dumps(header).encode() + b"\n"
         outcome = self._exchange(iter([head, *chunks]), reader, timeout_s)
         self.calls_served += len(outcome.results) + (1 if outcome.fault else 0)
@@ -173,6 +203,8 @@ class WorkerProcess:
                 if reader.progressed:
                     reader.progressed = False
                     deadline = time.monotonic() + timeout_s
+        except OverBudget as exc:
+            return self._fault(reader, Fault("output_limit", str(exc)))
         except ProtocolViolation as exc:
             return self._fault(reader, _violation(str(exc)))
         return reader.outcome
@@ -223,7 +255,9 @@ class WorkerProcess:
                 self._drain_diag_now()
                 self.close()
                 tail = bytes(self.diag).decode("utf-8", "replace").strip()
-                raise SandboxError(f"the {self.runtime} worker failed to start: {tail or 'no output'}")
+                raise SandboxError(
+                    f"the {self.runtime} worker failed to start: {tail or 'no output'}"
+                )
         return reader.runtime
 
     # -- stopping -------------------------------------------------------------------------------
@@ -236,16 +270,17 @@ class WorkerProcess:
             _close_quietly(fd)
         _close_quietly(self.spawned.pidfd)
 
+    def forget(self) -> None:
+        """Drop this worker without touching it (in a forked child that inherited it)."""
+        self.exit_status = -1
+        self.close()
+
     def _kill(self) -> None:
         # The harness first (pidfd: no pid-reuse race), then bwrap around it.
-        for kill in (
-            lambda: signal.pidfd_send_signal(self.spawned.pidfd, signal.SIGKILL),
-            self.spawned.proc.kill,
-        ):
-            try:
-                kill()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.spawned.pidfd, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.spawned.proc.kill()
 
     def _reap(self, grace_s: float = 0.0) -> None:
         """Collect the exit status, killing the worker if it has not exited within ``grace_s``."""
@@ -279,28 +314,31 @@ class WorkerProcess:
         """The result pipe closed: the worker died. Work out from what."""
         self._reap(grace_s=1.0)
         self._drain_diag_now()
+        tail = bytes(self.diag)
+        code, message = self._cause_of_death(tail)
+        return Fault(code, message, tail.decode("utf-8", "replace"))
+
+    def _cause_of_death(self, tail: bytes) -> tuple[str, str]:
+        config = self.config
         status = self.exit_status or 0
         # bwrap reports a signal death as 128 + signal; a bare worker as -signal.
         signum = -status if status < 0 else (status - 128 if status > 128 else 0)
-        tail = bytes(self.diag)
-        detail = tail.decode("utf-8", "replace")
         if any(marker in tail for marker in _OOM_MARKERS):
-            return Fault("memory_limit", f"the evaluator ran out of memory (limit "
-                         f"{self._memory_limit_mb()} MB); the worker was stopped.", detail)  # fmt: skip
-        if signum == signal.SIGXCPU or self.cpu_seconds >= self.config.cpu_seconds - 0.5:
-            return Fault("cpu_limit", f"the worker used up its {self.config.cpu_seconds} s of CPU "
-                         "time and was stopped.", detail)  # fmt: skip
+            python = jail.family(self.runtime) == "python"
+            limit = config.memory_mb if python else config.node_memory_mb
+            return "memory_limit", (
+                f"the evaluator ran out of memory (limit {limit} MB); the worker was stopped."
+            )
+        if signum == signal.SIGXCPU or self.cpu_seconds >= config.cpu_seconds - 0.5:
+            return "cpu_limit", (
+                f"the worker used up its {config.cpu_seconds} s of CPU time and was stopped."
+            )
         if signum == signal.SIGXFSZ:
-            return Fault("file_size_limit", f"a file grew past {self.config.file_size_mb} MB.",
-                         detail)  # fmt: skip
+            return "file_size_limit", f"a file grew past {config.file_size_mb} MB."
         how = f"signal {signal.Signals(signum).name}" if signum in _SIGNALS else f"status {status}"
-        return Fault("worker_crashed", f"the worker process died ({how}) while running this "
-                     "call; it was replaced.", detail)  # fmt: skip
-
-    def _memory_limit_mb(self) -> int:
-        if jail.family(self.runtime) == "python":
-            return self.config.memory_mb
-        return self.config.node_memory_mb
+        return "worker_crashed", (
+            f"the worker process died ({how}) while running this call; it was replaced."
+        )
 
     def _drain_diag_now(self) -> None:
         while select.select([self.spawned.diag], [], [], 0)[0] and self._drain_diag():
@@ -337,7 +375,9 @@ class _Writer:
 
 def _timeout_fault(reader: _Reader, timeout_s: float) -> Fault:
     what = "loading the evaluator" if reader.loading else "this call"
-    return Fault("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was stopped.")
+    return Fault(
+        "timeout", f"{what} did not finish within {timeout_s:g} s; the worker was stopped."
+    )
 
 
 def _violation(what: str) -> Fault:
@@ -349,10 +389,8 @@ def _violation(what: str) -> Fault:
 
 
 def _close_quietly(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 def fault_result(fault: Fault) -> CallResult:
@@ -393,7 +431,7 @@ class _CheckReader(_Reader):
             raise ProtocolViolation("not the answer to this check")
         try:
             problems = json.loads(lines[0][len(self.prefix) :])
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ProtocolViolation("a malformed check answer")
         if not isinstance(problems, list):
             raise ProtocolViolation("a malformed check answer")
@@ -406,10 +444,11 @@ class _BatchReader(_Reader):
 
     loading = True
 
-    def __init__(self, nonce: bytes, count: int, log_limit: int) -> None:
+    def __init__(self, nonce: bytes, count: int, log_limit: int, budget: int) -> None:
         super().__init__()
         self.count = count
         self.log_limit = log_limit
+        self.budget = budget
         self.load_prefix = b"L " + nonce + b" "
         self.prefix = b"R " + nonce + b" "
 
@@ -431,9 +470,16 @@ class _BatchReader(_Reader):
     def _collect(self, lines: list[bytes], payloads: list[bytes]) -> None:
         index = len(self.outcome.results)
         prefix = self.prefix
+        outcome = self.outcome
         for line in lines:
             if index == self.count:
                 raise ProtocolViolation("frames after the last result of the batch")
+            outcome.received += len(line)
+            if outcome.received > self.budget:
+                raise OverBudget(
+                    f"the batch's results and logs went past {self.budget} bytes; "
+                    "the worker was stopped."
+                )
             head = b"%s%d " % (prefix, index)
             if not line.startswith(head):
                 raise ProtocolViolation(f"{line[:40]!r} while waiting for result {index}")
@@ -445,12 +491,12 @@ class _BatchReader(_Reader):
             return
         try:
             decoded = json.loads(b"[" + b",".join(payloads) + b"]")
-        except ValueError:
+        except (ValueError, RecursionError):
             decoded = []
             for payload in payloads:
                 try:
                     decoded.append(json.loads(payload))
-                except ValueError:
+                except (ValueError, RecursionError):
                     break
         results = self.outcome.results
         for data in decoded:
@@ -498,7 +544,7 @@ def _result(data: Any, log_limit: int) -> tuple[CallResult, bool]:
 def _json_object(payload: bytes) -> dict[str, Any]:
     try:
         data = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ProtocolViolation("a frame that is not JSON")
     if not isinstance(data, dict):
         raise ProtocolViolation("a frame that is not a JSON object")

@@ -44,75 +44,28 @@ _AF_UNIX = 1
 _SELF = 1  # the worker's pid inside its namespace
 
 # Denied outright with EPERM. Names the kernel does not know on this architecture are skipped.
+# fmt: off
 DENIED = (
-    # other processes: the worker may not create, trace or read them
-    "fork",
-    "vfork",
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
-    "kcmp",
-    "pidfd_open",
-    "pidfd_getfd",
-    "pidfd_send_signal",
-    "tkill",
+    # other processes: the worker may not create, trace, read or move them
+    "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "tkill", "move_pages", "migrate_pages",
     # namespaces and mounts
-    "unshare",
-    "setns",
-    "mount",
-    "umount2",
-    "pivot_root",
-    "chroot",
-    "mount_setattr",
-    "fsopen",
-    "fsconfig",
-    "fsmount",
-    "fspick",
-    "open_tree",
-    "move_mount",
-    "open_by_handle_at",
-    "name_to_handle_at",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "mount_setattr",
+    "fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount",
+    "open_by_handle_at", "name_to_handle_at",
     # kernel code, keys, tracing, kernel-side I/O engines that bypass this filter
-    "init_module",
-    "finit_module",
-    "delete_module",
-    "kexec_load",
-    "kexec_file_load",
-    "add_key",
-    "request_key",
-    "keyctl",
-    "bpf",
-    "perf_event_open",
-    "userfaultfd",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "lookup_dcookie",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "add_key", "request_key", "keyctl", "bpf", "perf_event_open", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "lookup_dcookie",
     # host-wide state
-    "reboot",
-    "swapon",
-    "swapoff",
-    "acct",
-    "settimeofday",
-    "clock_settime",
-    "clock_adjtime",
-    "adjtimex",
-    "syslog",
-    "quotactl",
-    "quotactl_fd",
-    "fanotify_init",
-    "iopl",
-    "ioperm",
-    "vhangup",
-    "personality",
-    "uselib",
-    "nfsservctl",
-    "sysfs",
-    "_sysctl",
-    "ustat",
-    # no sockets at all: the network namespace is empty anyway, this closes AF_UNIX/AF_NETLINK
+    "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "syslog", "quotactl", "quotactl_fd", "fanotify_init", "iopl", "ioperm",
+    "vhangup", "personality", "uselib", "nfsservctl", "sysfs", "_sysctl", "ustat",
+    # no sockets at all: the network namespace is empty anyway, and this also closes AF_UNIX,
+    # AF_NETLINK, AF_ALG and AF_VSOCK (which no network namespace confines)
     "socket",
 )
+# fmt: on
 # clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes glibc fall back to
 # clone(), whose flags we can check.
 _ENOSYS_CALLS = ("clone3",)

@@ -136,13 +136,19 @@ SHAPES = {
         ("0.75", 0.75),
         ("3", 3),
         ("'0.9'", "0.9"),
-        ("{'score': 1, 'nested': {'ok': [1, 'two', None]}}", {"score": 1, "nested": {"ok": [1, "two", None]}}),
+        (
+            "{'score': 1, 'nested': {'ok': [1, 'two', None]}}",
+            {"score": 1, "nested": {"ok": [1, "two", None]}},
+        ),
         ("None", None),
         ("float('nan')", Unrepresentable("NaN")),
         ("float('-inf')", Unrepresentable("-Infinity")),
         ("{1, 2}", Unrepresentable("a set")),
         ("{'score': float('nan')}", Unrepresentable("a dict containing NaN at score")),
-        ("{'a': {'b': [1, float('inf')]}}", Unrepresentable("a dict containing Infinity at a.b[1]")),
+        (
+            "{'a': {'b': [1, float('inf')]}}",
+            Unrepresentable("a dict containing Infinity at a.b[1]"),
+        ),
         ("{1: 'x'}", Unrepresentable("a dict containing a non-string key 1")),
         ("object()", Unrepresentable("an object")),
         ("b'bytes'", Unrepresentable("a bytes")),
@@ -151,7 +157,10 @@ SHAPES = {
         ("true", True),
         ("0.75", 0.75),
         ("'0.9'", "0.9"),
-        ("{score: 1, nested: {ok: [1, 'two', null]}}", {"score": 1, "nested": {"ok": [1, "two", None]}}),
+        (
+            "{score: 1, nested: {ok: [1, 'two', null]}}",
+            {"score": 1, "nested": {"ok": [1, "two", None]}},
+        ),
         ("null", None),
         ("undefined", Unrepresentable("undefined")),
         ("NaN", Unrepresentable("NaN")),
@@ -195,7 +204,11 @@ def test_it_leaves_normalisation_to_the_caller(config):
     [
         ("python", "def evaluate(inputs, outputs, trace):\n    x = 1\n    return x / 0\n", 3),
         ("javascript", "function evaluate() {\n  const a = null;\n  return a.b;\n}", 3),
-        ("typescript", "function evaluate(): number {\n  const a: any = null;\n  return a.b;\n}", 3),
+        (
+            "typescript",
+            "function evaluate(): number {\n  const a: any = null;\n  return a.b;\n}",
+            3,
+        ),
     ],
 )
 def test_it_reports_exceptions_with_the_users_line_numbers(config, runtime, code, line):
@@ -222,9 +235,18 @@ def test_it_captures_printed_output_per_call(config, runtime):
 @pytest.mark.parametrize(
     ("runtime", "code"),
     [
-        ("python", "def evaluate(i, o, t):\n    for n in range(100000):\n        print('flood', n)\n    return 'done'\n"),
-        ("javascript", "function evaluate() { for (let n = 0; n < 100000; n++) console.log('flood', n); return 'done'; }"),
-        ("javascript", "function evaluate() { for (let n = 0; n < 100000; n++) process.stdout.write('flood'); return 'done'; }"),
+        (
+            "python",
+            "def evaluate(i, o, t):\n    for n in range(100000):\n        print('flood', n)\n    return 'done'\n",
+        ),
+        (
+            "javascript",
+            "function evaluate() { for (let n = 0; n < 100000; n++) console.log('flood', n); return 'done'; }",
+        ),
+        (
+            "javascript",
+            "function evaluate() { for (let n = 0; n < 100000; n++) process.stdout.write('flood'); return 'done'; }",
+        ),
     ],
 )
 def test_it_bounds_captured_output_and_never_mixes_it_with_results(config, runtime, code):
@@ -262,22 +284,82 @@ def test_it_checks_valid_code_without_problems(runtime, code):
     assert check_code(runtime=runtime, code=code) == []
 
 
-@pytest.mark.parametrize(("runtime", "code"), [("python", "x = 1\n"), ("javascript", "const x = 1;")])
+@pytest.mark.parametrize(
+    ("runtime", "code"), [("python", "x = 1\n"), ("javascript", "const x = 1;")]
+)
 def test_it_reports_a_missing_evaluate_function(runtime, code):
     problems = check_code(runtime=runtime, code=code)
     assert [p["type"] for p in problems] == ["MissingEvaluate"]
 
 
 def test_it_fails_every_call_of_a_batch_whose_code_does_not_load(config):
-    results = run(config, "python", "import nonexistent_module\ndef evaluate(i, o, t):\n    return 1\n",
-                  [call(), call()])  # fmt: skip
+    results = run(
+        config,
+        "python",
+        "import nonexistent_module\ndef evaluate(i, o, t):\n    return 1\n",
+        [call(), call()],
+    )
     assert [error_code(r) for r in results] == ["compile_error", "compile_error"]
     assert results[0].error["type"] == "ModuleNotFoundError"
     assert isinstance(results[0], CallResult)
 
 
 def test_it_rejects_arguments_that_are_not_json_without_running_them(config):
-    results = run(config, "python", "def evaluate(i, o, t):\n    return 1\n",
-                  [call({"x": float("nan")}), call({"x": 1})])  # fmt: skip
+    results = run(
+        config,
+        "python",
+        "def evaluate(i, o, t):\n    return 1\n",
+        [call({"x": float("nan")}), call({"x": 1})],
+    )
     assert error_code(results[0]) == "invalid_input"
     assert results[1].value == 1
+
+
+def test_it_runs_async_python_too(config):
+    code = """
+        import asyncio
+        async def evaluate(inputs, outputs, trace):
+            await asyncio.sleep(0.001)
+            return len(outputs)
+    """
+    assert one(config, "python", code, calls=[call(outputs="abcd")]).value == 4
+
+
+def test_it_returns_nothing_for_an_empty_batch(config):
+    assert run(config, "python", "def evaluate(i, o, t):\n    return 1\n", []) == []
+
+
+def test_it_lets_python_evaluators_use_dataclasses_and_future_annotations(config):
+    code = """
+        from __future__ import annotations
+        from dataclasses import dataclass
+
+        @dataclass
+        class Verdict:
+            score: float
+            reason: str
+
+        def evaluate(inputs, outputs, trace):
+            return Verdict(1.0, "ok").__dict__
+    """
+    assert one(config, "python", code).value == {"score": 1.0, "reason": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "code"),
+    [
+        ("python", "x = 1\ny = {}['missing']\ndef evaluate(i, o, t):\n    return 1\n"),
+        ("javascript", "const x = 1;\nconst y = null.missing;\nfunction evaluate() { return 1; }"),
+    ],
+)
+def test_it_reports_the_line_where_top_level_code_failed(runtime, code):
+    problems = check_code(runtime=runtime, code=code)
+    assert [(p["code"], p["line"]) for p in problems] == [("compile_error", 2)]
+
+
+def test_it_recompiles_when_a_revision_key_comes_back_with_other_code(config):
+    first = run(config, "python", "def evaluate(i, o, t):\n    return 'old'\n", revision_key="same")
+    second = run(
+        config, "python", "def evaluate(i, o, t):\n    return 'new'\n", revision_key="same"
+    )
+    assert [first[0].value, second[0].value] == ["old", "new"]

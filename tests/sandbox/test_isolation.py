@@ -22,9 +22,17 @@ def assert_pool_still_works(config, runtime, project="acme"):
 # -- host files ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "path",
-    ["/etc/shadow", "/etc/passwd", "/work/main/pyproject.toml", "/root/.bashrc", "/root",
-     "/home", "/var/run/postgresql/.s.PGSQL.5432", __file__],
-)  # fmt: skip
+    [
+        "/etc/shadow",
+        "/etc/passwd",
+        "/work/main/pyproject.toml",
+        "/root/.bashrc",
+        "/root",
+        "/home",
+        "/var/run/postgresql/.s.PGSQL.5432",
+        __file__,
+    ],
+)
 def test_it_cannot_read_host_files_from_python(config, path):
     code = f"""
         import os
@@ -62,8 +70,12 @@ def test_it_cannot_write_to_its_root_or_to_proc(config):
         def evaluate(inputs, outputs, trace):
             open(inputs["path"], "w").write("x")
     """
-    paths = ["/opt/evalsite/worker.py", "/usr/lib/x", "/proc/sys/kernel/printk_ratelimit",
-             "/dev/shm/x"]  # fmt: skip
+    paths = [
+        "/opt/evalsite/worker.py",
+        "/usr/lib/x",
+        "/proc/sys/kernel/printk_ratelimit",
+        "/dev/shm/x",
+    ]
     results = run(config, "python", code, [call({"path": p}) for p in paths])
     assert [r.error["type"] for r in results] == ["OSError"] * len(paths)
     assert all("Read-only file system" in r.error["message"] for r in results)
@@ -88,8 +100,9 @@ def test_it_cannot_see_the_host_environment(config, monkeypatch):
                 "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
             }
     """
-    value = one(config, "python", code, project=fresh_project(),
-                calls=[call({"host_pid": os.getpid()})]).value  # fmt: skip
+    value = one(
+        config, "python", code, project=fresh_project(), calls=[call({"host_pid": os.getpid()})]
+    ).value
     assert "s3cr3t-canary" not in repr(value)
     assert set(value["environ"]) <= {"LANG", "TZ", "PWD"}
     assert value["host"] == "FileNotFoundError"
@@ -253,15 +266,21 @@ def test_it_stops_node_memory_exhaustion(config):
     ("runtime", "code"),
     [
         ("python", "def evaluate(i, o, t):\n    while True:\n        pass\n"),
-        ("python", "import signal\ndef evaluate(i, o, t):\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                   "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass\n"),
+        (
+            "python",
+            "import signal\ndef evaluate(i, o, t):\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass\n",
+        ),
         ("python", "import time\ndef evaluate(i, o, t):\n    time.sleep(10**6)\n"),
         ("javascript", "function evaluate() { while (true) {} }"),
         ("javascript", "process.on('SIGTERM', () => {});\nfunction evaluate() { for (;;) {} }"),
         ("javascript", "async function evaluate() { await new Promise(() => {}); }"),
-        ("typescript", "async function evaluate(): Promise<void> { await new Promise((r) => setTimeout(r, 1e7)); }"),
+        (
+            "typescript",
+            "async function evaluate(): Promise<void> { await new Promise((r) => setTimeout(r, 1e7)); }",
+        ),
     ],
-)  # fmt: skip
+)
 def test_it_stops_calls_that_never_end(config, runtime, code):
     started = time.monotonic()
     result = one(config, runtime, code, timeout_s=0.5)
@@ -307,12 +326,18 @@ def test_it_limits_file_size_in_node_without_killing_the_worker(config):
 @pytest.mark.parametrize(
     ("runtime", "code"),
     [
-        ("python", "import os\ndef evaluate(i, o, t):\n    for _ in range(20000):\n"
-                   "        os.write(1, b'x' * 1000)\n        os.write(2, b'y' * 1000)\n    return 'done'\n"),
-        ("javascript", "const fs = require('fs');\nfunction evaluate() {\n"
-                       "  for (let n = 0; n < 20000; n++) fs.writeSync(1, 'x'.repeat(1000));\n  return 'done';\n}"),
+        (
+            "python",
+            "import os\ndef evaluate(i, o, t):\n    for _ in range(20000):\n"
+            "        os.write(1, b'x' * 1000)\n        os.write(2, b'y' * 1000)\n    return 'done'\n",
+        ),
+        (
+            "javascript",
+            "const fs = require('fs');\nfunction evaluate() {\n"
+            "  for (let n = 0; n < 20000; n++) fs.writeSync(1, 'x'.repeat(1000));\n  return 'done';\n}",
+        ),
     ],
-)  # fmt: skip
+)
 def test_it_survives_a_flood_on_the_raw_stdout(config, runtime, code):
     assert one(config, runtime, code).value == "done"
 
@@ -379,8 +404,13 @@ def test_it_keeps_forged_frames_away_from_another_evaluator(config):
     project = fresh_project()
     forger = run(config, "python", FORGE_EVERY_FD, [call({"n": 0, "forge": True})], project=project)
     assert error_code(forger[0]) == "protocol_violation"
-    honest = run(config, "python", "def evaluate(i, o, t):\n    return i['n'] * 10\n",
-                 [call({"n": n}) for n in range(3)], project=project)  # fmt: skip
+    honest = run(
+        config,
+        "python",
+        "def evaluate(i, o, t):\n    return i['n'] * 10\n",
+        [call({"n": n}) for n in range(3)],
+        project=project,
+    )
     assert [r.value for r in honest] == [0, 10, 20]
 
 
@@ -402,3 +432,11 @@ def test_it_keeps_forged_frames_from_node_away_from_results(config):
     # Node's own pipes are among the fds written to: it may die before the host sees the frame.
     assert error_code(results[1]) in {"protocol_violation", "worker_crashed"}
     assert results[2].value == 2
+
+
+def test_it_bounds_what_one_batch_may_send_back(config):
+    thrifty = config.with_(batch_output_limit_bytes=3_000_000)
+    code = "def evaluate(i, o, t):\n    return 'x' * 900_000\n"
+    results = run(thrifty, "python", code, [call() for _ in range(6)])
+    assert [r.status for r in results[:3]] == ["success"] * 3
+    assert {error_code(r) for r in results[3:]} == {"output_limit"}

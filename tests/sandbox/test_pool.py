@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -92,9 +95,13 @@ def test_it_never_shares_a_worker_between_projects(config):
 
 def test_it_recycles_a_worker_after_n_calls(config):
     recycling = config.with_(recycle_after=3)
-    results = run(recycling, "python", COUNTER_PY, [call() for _ in range(7)], project=fresh_project())
+    results = run(
+        recycling, "python", COUNTER_PY, [call() for _ in range(7)], project=fresh_project()
+    )
     assert [r.value for r in results] == [1, 2, 3, 1, 2, 3, 1]
-    results = run(recycling, "javascript", COUNTER_JS, [call() for _ in range(4)], project=fresh_project())
+    results = run(
+        recycling, "javascript", COUNTER_JS, [call() for _ in range(4)], project=fresh_project()
+    )
     assert [r.value for r in results] == [1, 2, 3, 1]
 
 
@@ -113,8 +120,14 @@ def test_it_serves_concurrent_threads(config):
     def worker(offset: int) -> None:
         for _ in range(5):
             numbers = list(range(offset, offset + 50))
-            results = run(config, "python", code, [call({"n": n}) for n in numbers],
-                          project="concurrent", revision_key="double")  # fmt: skip
+            results = run(
+                config,
+                "python",
+                code,
+                [call({"n": n}) for n in numbers],
+                project="concurrent",
+                revision_key="double",
+            )
             if [r.value for r in results] != [n * 2 for n in numbers]:
                 failures.append(results)
 
@@ -144,8 +157,14 @@ def test_it_runs_through_the_public_api():
 def test_it_refuses_to_run_without_bwrap(monkeypatch):
     monkeypatch.setenv("EVALSITE_SANDBOX_BWRAP", "/nonexistent/bwrap")
     with pytest.raises(SandboxUnavailable, match="bwrap not found at /nonexistent/bwrap"):
-        run_batch(project_key="acme", runtime="python", code="def evaluate(i, o, t):\n    return 1\n",
-                  revision_key="x", version="2", calls=[call()])  # fmt: skip
+        run_batch(
+            project_key="acme",
+            runtime="python",
+            code="def evaluate(i, o, t):\n    return 1\n",
+            revision_key="x",
+            version="2",
+            calls=[call()],
+        )
     status = sandbox_status()
     assert status["available"] is False
     assert "bwrap not found at /nonexistent/bwrap" in status["problem"]
@@ -174,20 +193,27 @@ def test_it_runs_unsandboxed_with_a_loud_warning(config, runtime, caplog):
 
 def test_it_still_times_out_unsandboxed_code(config):
     unsafe = config.with_(runner="inprocess")
-    results = run(unsafe, "python", "def evaluate(i, o, t):\n    while True:\n        pass\n",
-                  timeout_s=0.3)  # fmt: skip
+    results = run(
+        unsafe, "python", "def evaluate(i, o, t):\n    while True:\n        pass\n", timeout_s=0.3
+    )
     assert error_code(results[0]) == "timeout"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
-                    reason="needs root and a world-readable system Python")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+    reason="needs root and a world-readable system Python",
+)
 def test_it_drops_to_an_unprivileged_host_uid_when_the_runtime_allows(config):
     system_python = config.with_(python="/usr/bin/python3")
     code = "import os\ndef evaluate(i, o, t):\n    return os.getuid()\n"
     for runtime, cfg in (("python", system_python), ("javascript", config)):
         project = fresh_project()
-        run(cfg, runtime, code if runtime == "python" else "function evaluate() { return 1; }",
-            project=project)  # fmt: skip
+        run(
+            cfg,
+            runtime,
+            code if runtime == "python" else "function evaluate() { return 1; }",
+            project=project,
+        )
         assert _host_uids(project, runtime) == {65534}
 
 
@@ -197,7 +223,7 @@ def _host_uids(project: str, runtime: str) -> set[int]:
     for pool in registry().pools.values():
         if pool.project_key == project and pool.runtime == runtime:
             for worker in pool.idle:
-                status = open(f"/proc/{worker.spawned.pid}/status").read()
+                status = Path(f"/proc/{worker.spawned.pid}/status").read_text()
                 uids.add(int(status.split("Uid:")[1].split()[0]))
     return uids
 
@@ -212,11 +238,49 @@ def test_it_leaves_no_process_behind(config):
 
 
 def _children(pid: int) -> list[str]:
-    path = f"/proc/{pid}/task/{pid}/children"
     found = []
-    for child in open(path).read().split():
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         try:
-            found.append(open(f"/proc/{child}/cmdline").read().replace("\0", " "))
+            found.append(Path(f"/proc/{child}/cmdline").read_text().replace("\0", " "))
         except OSError:
             continue
     return found
+
+
+BURN_PY = """
+    import time
+    calls = 0
+    def evaluate(inputs, outputs, trace):
+        global calls
+        calls += 1
+        end = time.process_time() + inputs["cpu"]
+        while time.process_time() < end:
+            pass
+        return calls
+"""
+
+
+def test_it_stops_a_worker_at_its_cpu_time_limit(config):
+    frugal = config.with_(cpu_seconds=1)
+    results = run(frugal, "python", BURN_PY, [call({"cpu": 5})], timeout_s=10)
+    assert error_code(results[0]) == "cpu_limit"
+
+
+def test_it_recycles_a_worker_that_used_half_its_cpu_time(config):
+    frugal, project = config.with_(cpu_seconds=2), fresh_project()
+    first = run(frugal, "python", BURN_PY, [call({"cpu": 1.1})], project=project, revision_key="b")
+    # More than half of its 2 s went on that call: the next batch finds a fresh worker.
+    again = run(frugal, "python", BURN_PY, [call({"cpu": 0})], project=project, revision_key="b")
+    assert [first[0].value, again[0].value] == [1, 1]
+    control = run(frugal, "python", BURN_PY, [call({"cpu": 0})], project=project, revision_key="b")
+    assert control[0].value == 2
+
+
+def test_it_replaces_a_worker_killed_while_idle_without_blaming_anyone(config):
+    project = fresh_project()
+    run(config, "python", COUNTER_PY, project=project, revision_key="idle")
+    (pool,) = [p for p in registry().pools.values() if p.project_key == project]
+    os.kill(pool.idle[0].spawned.pid, signal.SIGKILL)
+    time.sleep(0.1)
+    results = run(config, "python", COUNTER_PY, [call(), call()], project=project)
+    assert [r.value for r in results] == [1, 2]

@@ -1,9 +1,9 @@
 // JavaScript / TypeScript worker harness. Same wire protocol as worker.py (read its docstring):
 // requests are lines on stdin, result frames go to RESULT_FD, one per call, in order.
 //
-// Started as `node worker.js RESULT_FD LOG_LIMIT RESULT_LIMIT`. Requests are read with blocking
-// reads, so nothing a user left scheduled (timers, promises) runs between batches; the event
-// loop only turns while an async evaluate() is being awaited.
+// Started as `node worker.js RESULT_FD LOG_LIMIT RESULT_LIMIT RUNTIME`. Requests are read with
+// blocking reads, so nothing a user left scheduled (timers, promises) runs between batches; the
+// event loop only turns while an async evaluate() is being awaited.
 //
 // Like worker.py this is not a security boundary: user code shares this process. The jail is.
 'use strict';
@@ -16,12 +16,20 @@ const { performance } = require('perf_hooks');
 const { Writable } = require('stream');
 
 const [RESULT_FD, LOG_LIMIT, RESULT_LIMIT] = process.argv.slice(2, 5).map(Number);
+const RUNTIME = process.argv[5];
+// Captured once: user code may patch the globals and modules it shares with the harness.
 const stringify = JSON.stringify;
 const parse = JSON.parse;
+const writeSync = fs.writeSync;
+const readSync = fs.readSync;
+const bufferFrom = Buffer.from;
+const MAX_EVALUATORS = 64; // compiled revisions kept per worker, oldest dropped first
 const now = performance.now.bind(performance);
 const HARNESS = __filename;
 const userRequire = createRequire(__filename);
-let sucrase = null; // loaded on first TypeScript / ES-module evaluator
+// Loaded up front by TypeScript workers (it takes tens of ms, better spent before the first
+// batch), on first use by a JavaScript worker meeting an ES-module evaluator.
+let sucrase = RUNTIME === 'typescript' ? require('sucrase') : null;
 
 // ---- output capture --------------------------------------------------------------------------
 const logs = { parts: [], size: 0, truncated: false };
@@ -66,17 +74,19 @@ for (const name of ['stdout', 'stderr']) {
 }
 // Errors thrown from a user's timer or a forgotten promise land in the logs, not in a crash.
 process.on('uncaughtException', (error) => capture(`Uncaught ${describeThrown(error)}\n`));
-process.on('unhandledRejection', (error) => capture(`Unhandled rejection: ${describeThrown(error)}\n`));
+process.on('unhandledRejection', (error) => {
+  capture(`Unhandled rejection: ${describeThrown(error)}\n`);
+});
 // RLIMIT_FSIZE: fail the write with EFBIG instead of killing the worker.
 process.on('SIGXFSZ', () => {});
 
 // ---- frames ----------------------------------------------------------------------------------
 function send(text) {
-  const buffer = Buffer.from(text, 'utf8');
+  const buffer = bufferFrom(text, 'utf8');
   let offset = 0;
   while (offset < buffer.length) {
     try {
-      offset += fs.writeSync(RESULT_FD, buffer, offset);
+      offset += writeSync(RESULT_FD, buffer, offset);
     } catch (error) {
       if (error.code !== 'EAGAIN') throw error;
     }
@@ -107,7 +117,7 @@ class LineReader {
   fill() {
     let read;
     try {
-      read = fs.readSync(this.fd, this.chunk, 0, this.chunk.length, null);
+      read = readSync(this.fd, this.chunk, 0, this.chunk.length, null);
     } catch (error) {
       if (error.code === 'EAGAIN') return true;
       if (error.code === 'EOF') return false;
@@ -164,7 +174,10 @@ function instantiate(compiled) {
   try {
     local = compiled.body(module.exports, userRequire, module, compiled.filename, '/');
   } catch (error) {
-    return { error: { ...errorOf(error), code: 'compile_error' } };
+    const failed = { ...errorOf(error), code: 'compile_error' };
+    const match = /evaluator\.[jt]s:(\d+)/.exec(failed.stacktrace);
+    if (match) failed.line = Number(match[1]);
+    return { error: failed };
   }
   const exported = module.exports;
   const candidates = [
@@ -190,11 +203,16 @@ function instantiate(compiled) {
 
 function load(rev, code, runtime) {
   const cached = evaluators.get(rev);
-  if (cached) return cached;
+  if (cached && cached.code === code) return cached;
   const compiled = compile(code, runtime);
   if (compiled.error) return compiled;
   const loaded = instantiate(compiled);
-  if (loaded.evaluate) evaluators.set(rev, loaded);
+  if (loaded.evaluate) {
+    loaded.code = code;
+    evaluators.delete(rev);
+    evaluators.set(rev, loaded);
+    if (evaluators.size > MAX_EVALUATORS) evaluators.delete(evaluators.keys().next().value);
+  }
   return loaded;
 }
 
@@ -208,7 +226,9 @@ function syntaxError(error, filename, loc) {
     code: 'compile_error',
     type: (error && error.name) || 'SyntaxError',
     message: line && !/\(\d+:\d+\)$/.test(message) ? `${message} (line ${line})` : message,
-    stacktrace: match ? String(error.stack).split('\n    at ')[0] : `${filename}:${line || '?'}\n${message}`,
+    stacktrace: match
+      ? String(error.stack).split('\n    at ')[0]
+      : `${filename}:${line || '?'}\n${message}`,
   };
   if (line) result.line = line;
   if (column) result.column = column;
@@ -225,9 +245,8 @@ function errorOf(error) {
     message = '<an error with an unprintable message>';
   }
   const type = isError ? String(error.name || error.constructor.name) : typeof error;
-  const code = isError && /heap out of memory|Invalid array length|Array buffer allocation failed/.test(message)
-    ? 'memory_limit'
-    : 'exception';
+  const outOfMemory = /heap out of memory|Invalid array length|Array buffer allocation failed/;
+  const code = isError && outOfMemory.test(message) ? 'memory_limit' : 'exception';
   return { code, type, message, stacktrace: isError ? userStack(error) : '' };
 }
 
@@ -240,8 +259,12 @@ function userStack(error) {
   }
   return stack
     .split('\n')
-    .filter((line) => !line.startsWith('    at ') || (!line.includes(HARNESS) && !line.includes('node:internal')))
+    .filter((line) => !line.startsWith('    at ') || !isHarnessFrame(line))
     .join('\n');
+}
+
+function isHarnessFrame(line) {
+  return line.includes(HARNESS) || line.includes('node:internal');
 }
 
 function describeThrown(value) {
@@ -325,7 +348,9 @@ function encodeValue(value) {
     const error = {
       code: 'output_limit',
       type: 'OutputLimit',
-      message: `evaluate() returned ${encoded.length} characters of JSON; the limit is ${RESULT_LIMIT}.`,
+      message:
+        `evaluate() returned ${encoded.length} characters of JSON; ` +
+        `the limit is ${RESULT_LIMIT}.`,
       stacktrace: '',
     };
     return `"ok":false,"error":${stringify(error)}`;

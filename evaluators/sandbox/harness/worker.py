@@ -1,7 +1,7 @@
 """Python worker harness: runs user evaluators, one line of JSON in, one result frame out per call.
 
-Started as ``worker.py RESULT_FD LOG_LIMIT RESULT_LIMIT`` (inside the jail, or bare for the
-``inprocess`` runner). Wire protocol, all lines are UTF-8 JSON or start with a tag:
+Started as ``worker.py RESULT_FD LOG_LIMIT RESULT_LIMIT RUNTIME`` (inside the jail, or bare for
+the ``inprocess`` runner). Wire protocol, all lines are UTF-8 JSON or start with a tag:
 
 host -> worker (stdin)
     {"op": "batch", "nonce": N, "rev": R, "code": C, "version": "1"|"2", "n": K}
@@ -25,7 +25,6 @@ everything here); the jail around it is. It only keeps honest mistakes apart and
 frame traceable to one call of one batch.
 """
 
-import builtins
 import gc
 import json
 import math
@@ -34,6 +33,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 _dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 _loads = json.loads
@@ -42,6 +42,14 @@ _perf = time.perf_counter
 _write = os.write
 _SCALARS = (str, int, bool, type(None))
 _FILENAME = "evaluator.py"
+MAX_EVALUATORS = 64  # compiled revisions kept per worker, oldest dropped first
+
+
+def _run_coroutine(coroutine):
+    """``async def evaluate``: run it to completion on a fresh event loop."""
+    import asyncio  # only async evaluators pay for the import
+
+    return asyncio.run(coroutine)
 
 
 class Capture:
@@ -91,8 +99,10 @@ class Capture:
 class Evaluator:
     def __init__(self, filename: str, code: str) -> None:
         self.filename = filename
+        self.code = code
         self.lines = code.splitlines()
-        self.namespace = {"__name__": "evaluator", "__builtins__": builtins}
+        self.module = types.ModuleType("evaluator")
+        self.namespace = self.module.__dict__
         self.function = None
 
 
@@ -101,7 +111,8 @@ class Harness:
         self.out = result_fd
         self.result_limit = result_limit
         self.capture = Capture(log_limit)
-        self.evaluators: dict = {}
+        self.evaluators: dict = {}  # revision key -> Evaluator, oldest first
+        self.loaded = 0
         self.requests = os.fdopen(0, "rb", buffering=1 << 16)
 
     # -- frames ---------------------------------------------------------------------------------
@@ -123,12 +134,16 @@ class Harness:
     def load(self, rev: str, code: str) -> tuple:
         """Compile and run the module once per revision; returns (evaluator, error dict)."""
         cached = self.evaluators.get(rev)
-        if cached is not None:
+        if cached is not None and cached.code == code:
             return cached, None
-        evaluator = Evaluator(f"<evaluator {len(self.evaluators)}>", code)
+        self.loaded += 1
+        evaluator = Evaluator(f"<evaluator {self.loaded}>", code)
         error = self.run_module(evaluator, code)
         if error is None:
+            self.evaluators.pop(rev, None)
             self.evaluators[rev] = evaluator
+            if len(self.evaluators) > MAX_EVALUATORS:
+                del self.evaluators[next(iter(self.evaluators))]
         return evaluator, error
 
     def run_module(self, evaluator: Evaluator, code: str):
@@ -136,11 +151,16 @@ class Harness:
             compiled = compile(code, evaluator.filename, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             return self.compile_error(exc)
+        # Registered while it runs: dataclasses and typing look a class's module up by name.
+        sys.modules["evaluator"] = evaluator.module
         try:
-            exec(compiled, evaluator.namespace)
+            exec(compiled, evaluator.namespace)  # noqa: S102 - running user code is the point
         except BaseException as exc:
             error = self.error_of(exc, evaluator)
             error["code"] = "memory_limit" if isinstance(exc, MemoryError) else "compile_error"
+            line = last_user_line(exc, evaluator)
+            if line:
+                error["line"] = line
             return error
         function = evaluator.namespace.get("evaluate")
         if not callable(function):
@@ -210,6 +230,8 @@ class Harness:
         started = _perf()
         try:
             value = function(*args)
+            if type(value) is types.CoroutineType:
+                value = _run_coroutine(value)
         except BaseException as exc:
             ms = (_perf() - started) * 1000
             fields = '"ok":false,"error":' + _dumps(self.error_of(exc, evaluator))
@@ -222,7 +244,7 @@ class Harness:
         logs = ',"logs":' + _dumps(capture.take()) if capture.parts or capture.truncated else ""
         # A MemoryError leaves the process in doubt: report it, then ask to be replaced.
         tail = ',"retire":true' if retire else ""
-        return ('{"ms":%.4f,%s%s%s}' % (ms, fields, logs, tail)).encode(), retire
+        return f'{{"ms":{ms:.4f},{fields}{logs}{tail}}}'.encode(), retire
 
     def encode_value(self, value) -> str:
         """The JSON fields (without braces) reporting a returned value."""
@@ -231,6 +253,8 @@ class Harness:
             return '"ok":true,"value":true' if value else '"ok":true,"value":false'
         if kind is str and len(value) < 4096:
             return '"ok":true,"value":' + _encode_str(value)
+        if kind is int or (kind is float and math.isfinite(value)):
+            return '"ok":true,"value":' + repr(value)
         try:
             what = describe_unrepresentable(value)
             encoded = None if what else _dumps(value)
@@ -328,6 +352,14 @@ def _type_name(value) -> str:
     name = type(value).__name__
     article = "an" if name[:1].lower() in "aeiou" else "a"
     return f"{article} {name}"
+
+
+def last_user_line(exc: BaseException, evaluator: Evaluator):
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == evaluator.filename:
+            line = lineno
+    return line
 
 
 def format_user_traceback(exc: BaseException, evaluator: Evaluator) -> str:
