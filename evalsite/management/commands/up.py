@@ -38,6 +38,8 @@ class Command(BaseCommand):
                     "evalsite",
                     "worker",
                     "--beat",  # one beat: it re-dispatches runs whose messages were lost
+                    "--schedule",
+                    str(settings.DATA_DIR / "celerybeat-schedule"),
                     "-l",
                     "info",
                     "-Q",
