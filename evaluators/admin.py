@@ -81,3 +81,6 @@ class PresetAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "slug", "project"]
     list_filter = ["kind", ("project", admin.EmptyFieldListFilter)]
     search_fields = ["name", "slug", "description"]
+
+
+from evaluators.judge import admin as _judge_admin  # noqa: E402, F401  (ModelConnection)

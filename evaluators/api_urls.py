@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from evaluators import api
@@ -12,5 +12,6 @@ urlpatterns = [
     path("kinds", api.kind_list, name="kind-list"),
     path("kinds/<str:key>", api.kind_detail, name="kind-detail"),
     path("revisions/<str:ref>", api.revision_detail, name="revision-detail"),
+    path("", include("evaluators.connections_api")),
     *router.urls,
 ]

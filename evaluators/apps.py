@@ -1,4 +1,8 @@
+import logging
+
 from django.apps import AppConfig
+
+logger = logging.getLogger("evaluators")
 
 
 class EvaluatorsConfig(AppConfig):
@@ -8,6 +12,36 @@ class EvaluatorsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from evaluators import kinds  # noqa: F401  (registers every kind)
+        from evaluators.sandbox import register_runner
+        from evaluators.sandbox_celery import CeleryRunner
         from evaluators.services import presets_sync
 
         post_migrate.connect(lambda **kwargs: presets_sync(), sender=self, weak=False)
+        register_runner("celery", CeleryRunner())
+        report_code_runner()
+
+
+def report_code_runner() -> None:
+    """Say at start-up, loudly, when code evaluators cannot run here or run without a sandbox."""
+    from django.conf import settings
+
+    from evaluators.sandbox import sandbox_status
+
+    if settings.EVALSITE_CODE_RUNNER == "celery":
+        # The sandbox is the code workers' business; each one checks its own when it starts.
+        logger.info("Code evaluators run on Celery workers consuming the 'code' queue.")
+        return
+    status = sandbox_status()
+    if not status.get("available"):
+        logger.error(
+            "Code evaluators cannot run: the %s runner is unavailable: %s. Every code evaluation "
+            "will fail until this is fixed (docs/sandbox.md).",
+            status.get("runner") or settings.EVALSITE_CODE_RUNNER,
+            status.get("problem"),
+        )
+    elif status.get("warning"):
+        logger.warning(
+            "!!! %s: evaluator code can read this server's files, environment and network. "
+            "Use it only on a trusted single-user install. !!!",
+            status["warning"],
+        )

@@ -18,6 +18,7 @@ from evaluators.kinds.base import Kind
 from evaluators.services import parameters_validate
 
 PREFIX = "p__"
+RUNTIME_LABELS = {"python": "Python", "javascript": "JavaScript", "typescript": "TypeScript"}
 
 
 def _resolve(schema: dict, prop: dict) -> dict:
@@ -77,9 +78,11 @@ class SettingsForm(forms.Form):
         for name, raw_prop in self.schema.get("properties", {}).items():
             prop = _resolve(self.schema, raw_prop)
             self.props[name] = prop
-            if prop.get("x-hidden"):
-                continue
             field = _field_for(name, prop)
+            if prop.get("x-hidden"):
+                # Posted back when a page renders it (the code editor does), so a value set on
+                # the page (a preset's interface version) survives the save.
+                field.widget = forms.HiddenInput()
             field.advanced = bool(prop.get("x-advanced"))
             value = initial_parameters.get(name, prop.get("default"))
             if isinstance(field.widget, forms.Textarea) and not isinstance(value, str):
@@ -91,9 +94,21 @@ class SettingsForm(forms.Form):
             for name, prop in self.props.items()
             if prop.get("x-hidden")
         }
+        self._link_code_to_runtime()
+
+    def _link_code_to_runtime(self) -> None:
+        """A ``runtime`` choice switches the language of the code editor next to it."""
+        code = next((n for n, p in self.props.items() if p.get("x-widget") == "code"), None)
+        runtime = self.fields.get(PREFIX + "runtime")
+        if code is None or runtime is None:
+            return
+        code_field = self.fields[PREFIX + code]
+        runtime.choices = [(v, RUNTIME_LABELS.get(v, v)) for v, _ in runtime.choices]
+        runtime.widget.attrs["data-editor-language-for"] = f"id_{PREFIX}{code}"
+        code_field.widget.attrs["data-editor"] = self[PREFIX + "runtime"].value() or "python"
 
     def basic_fields(self):
-        return [f for f in self if not getattr(f.field, "advanced", False)]
+        return [f for f in self if not f.is_hidden and not getattr(f.field, "advanced", False)]
 
     def advanced_fields(self):
         return [f for f in self if getattr(f.field, "advanced", False)]
@@ -104,6 +119,8 @@ class SettingsForm(forms.Form):
         for key, value in data.items():
             name = key.removeprefix(PREFIX)
             prop = self.props[name]
+            if prop.get("x-hidden") and key not in self.data:
+                continue  # the page did not render it: keep the stored value
             empty = value in ("", None) and prop.get("type") != "boolean"
             if empty and ("default" in prop or prop.get("nullable")):
                 continue
@@ -187,3 +204,33 @@ class TryForm(forms.Form):
         if value is not None and not isinstance(value, dict):
             raise forms.ValidationError("The trace must be a JSON object or null.")
         return value
+
+
+class ExamplesForm(forms.Form):
+    """Example cases saved with a revision and run at every save (``examples`` of the revision)."""
+
+    examples = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "data-editor": "json", "class": "mono"}),
+        required=False,
+        label="Example cases",
+        help_text='A JSON list of cases, each {"name", "inputs", "outputs", "trace", "expected"}; '
+        'expected holds success, score, outputs or status, e.g. {"success": true}. '
+        "They run every time you save; the report shows which pass.",
+    )
+
+    @classmethod
+    def for_revision(cls, revision, data=None) -> ExamplesForm:
+        cases = revision.examples if revision is not None else []
+        return cls(data, initial={"examples": json.dumps(cases, indent=2) if cases else "[]"})
+
+    def clean_examples(self) -> list | None:
+        if "examples" not in self.data:
+            return None  # not on the page: keep the head revision's cases
+        raw = self.cleaned_data["examples"].strip()
+        try:
+            cases = json.loads(raw) if raw else []
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}")
+        if not isinstance(cases, list):
+            raise forms.ValidationError("Give a JSON list of cases ([] for none).")
+        return cases

@@ -154,3 +154,98 @@ class Preset(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.name}"
+
+
+class ModelConnectionQuerySet(models.QuerySet):
+    def for_project(self, project: Project) -> ModelConnectionQuerySet:
+        return self.filter(project=project)
+
+    def by_ref(self, ref: str | int) -> ModelConnectionQuerySet:
+        """Match by id or slug, like evaluators."""
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            return self.filter(models.Q(pk=int(ref)) | models.Q(slug=str(ref)))
+        return self.filter(slug=ref)
+
+
+class ModelConnection(models.Model):
+    """An OpenAI-compatible chat-completions endpoint that LLM judges of a project call.
+
+    The API key is stored encrypted (``evaluators.judge.crypto``) and never leaves the server:
+    forms and the API take it write-only, and it is only decrypted to build the HTTP client.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_connections")
+    slug = models.SlugField(max_length=100, help_text="What judges name in their settings.")
+    name = models.CharField(max_length=200)
+    base_url = models.CharField(
+        max_length=500, help_text="The API root, e.g. https://api.openai.com/v1."
+    )
+    api_key_encrypted = models.TextField(blank=True, editable=False)
+    model_names = models.JSONField(
+        default=list, blank=True, help_text="Model names; the first is the default."
+    )
+    prices = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='USD per 1M tokens per model: {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}.',
+    )
+    rate_limit_rpm = models.PositiveIntegerField(
+        default=600, help_text="Requests per minute across every worker; 0 means no limit."
+    )
+    timeout_seconds = models.FloatField(default=60.0, help_text="Per request.")
+    failing_reason = models.TextField(
+        blank=True, help_text="Why calls fail for everyone (a refused key); empty when healthy."
+    )
+    failing_since = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ModelConnectionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="model_connection_unique_slug")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key_encrypted)
+
+    @property
+    def is_failing(self) -> bool:
+        return bool(self.failing_reason)
+
+    def set_api_key(self, raw: str) -> None:
+        from evaluators.judge.crypto import encrypt
+
+        self.api_key_encrypted = encrypt(raw) if raw else ""
+
+    def api_key(self) -> str:
+        """The decrypted key, for building the HTTP client only."""
+        from evaluators.judge.crypto import decrypt
+
+        return decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
+
+    def price_of(self, model: str) -> dict[str, float] | None:
+        price = (self.prices or {}).get(model)
+        return price if isinstance(price, dict) else None
+
+    def mark_failing(self, reason: str) -> None:
+        """Record a failure that stops every call (online rules pause on it)."""
+        now = timezone.now()
+        ModelConnection.objects.filter(pk=self.pk).update(
+            failing_reason=reason[:2000], failing_since=now
+        )
+        self.failing_reason, self.failing_since = reason[:2000], now
+
+    def mark_healthy(self) -> None:
+        if self.failing_reason:
+            ModelConnection.objects.filter(pk=self.pk).update(failing_reason="", failing_since=None)
+            self.failing_reason, self.failing_since = "", None

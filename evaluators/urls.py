@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from evaluators import views
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("evaluators/<str:ref>/archive", views.evaluator_archive, name="evaluator-archive"),
     path("evaluators/<str:ref>/try", views.evaluator_try, name="evaluator-try"),
     path("evaluators/<str:ref>/diff", views.evaluator_diff, name="evaluator-diff"),
+    path("", include("evaluators.connections_views")),
 ]

@@ -8,14 +8,23 @@ import json
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
 from evaluators import selectors
-from evaluators.forms import PREFIX, EvaluatorMetaForm, RevisionMessageForm, SettingsForm, TryForm
+from evaluators.forms import (
+    PREFIX,
+    EvaluatorMetaForm,
+    ExamplesForm,
+    RevisionMessageForm,
+    SettingsForm,
+    TryForm,
+)
 from evaluators.kinds import REGISTRY
 from evaluators.models import Preset
+from evaluators.sandbox import sandbox_status
 from evaluators.services import evaluation_invoke, evaluator_create, evaluator_revise, kind_resolve
 
 
@@ -41,7 +50,11 @@ def evaluator_list(request, project):
 
 @project_view()
 def evaluator_new(request, project):
-    """Step 1 picks a kind; step 2 (``?kind=``) an optional preset, a name and the settings."""
+    """Step 1 picks a kind; step 2 (``?kind=``) an optional preset, a name and the settings.
+
+    For code evaluators the page is the code editor, with a playground that posts here too
+    (``playground`` in the form) to run the unsaved code.
+    """
     kind_key = request.GET.get("kind") or request.POST.get("kind")
     if not kind_key:
         kinds = sorted(REGISTRY.values(), key=lambda k: (k.category, k.name))
@@ -50,51 +63,78 @@ def evaluator_new(request, project):
         kind = kind_resolve(kind_key)
     except InvalidInput:
         raise Http404("Unknown kind.")
-    preset_slug = request.GET.get("preset", "")
-    presets = Preset.objects.filter(kind=kind.key, project__isnull=True) | Preset.objects.filter(
-        kind=kind.key, project=project
-    )
-    preset = presets.filter(slug=preset_slug).first() if preset_slug else None
-    initial = dict(preset.parameters) if preset else {}
-    if request.method == "POST":
+    preset = _preset(project, kind, request.GET.get("preset", ""))
+    initial = {**kind.new_defaults, **(preset.parameters if preset else {})}
+    playground = request.method == "POST" and "playground" in request.POST
+    if request.method == "POST" and not playground:
         meta = EvaluatorMetaForm(request.POST)
         settings_form = SettingsForm(kind, request.POST, initial_parameters=initial)
-        if meta.is_valid() and settings_form.is_valid():
+        examples_form = ExamplesForm(request.POST)
+        if all([meta.is_valid(), settings_form.is_valid(), examples_form.is_valid()]):
             try:
                 evaluator = evaluator_create(
                     project=project,
                     kind=kind.key,
                     author=request.user,
                     parameters=settings_form.cleaned_parameters,
+                    examples=examples_form.cleaned_data["examples"],
                     **meta.cleaned_data,
                 )
             except InvalidInput as exc:
-                _errors_onto(exc, meta, settings_form)
+                _errors_onto(exc, settings_form, meta, examples_form)
             else:
                 messages.success(request, f"Evaluator {evaluator.name} created.")
                 return redirect("evaluator-detail", project.slug, evaluator.slug)
     else:
-        name = preset.name if preset else kind.name
-        meta = EvaluatorMetaForm(initial={"name": name})
+        meta = EvaluatorMetaForm(initial={"name": preset.name if preset else kind.name})
         settings_form = SettingsForm(kind, initial_parameters=initial)
+        examples_form = ExamplesForm.for_revision(None)
     context = {
         "project": project,
         "kind": kind,
-        "presets": presets.order_by("name"),
+        "presets": _presets(project, kind).order_by("name"),
         "preset": preset,
         "meta": meta,
         "settings_form": settings_form,
+        "can_edit": True,
     }
-    return render(request, "evaluators/new.html", context)
+    status = 200
+    if kind.key == "code":
+        context |= _code_context(kind, examples_form=examples_form)
+        playground_context, status = (
+            _try(request, project, kind, parameters=initial)
+            if playground
+            else ({"try_form": TryForm(initial=_sample_for(kind))}, 200)
+        )
+        context |= playground_context | {"try_url": request.get_full_path()}
+        if playground and request.htmx:
+            return render(request, "evaluators/new.html#try-panel", context, status=status)
+    return render(request, "evaluators/new.html", context, status=status)
 
 
-def _errors_onto(exc: InvalidInput, meta, settings_form) -> None:
-    for field, reasons in exc.fields.items():
+def _presets(project, kind):
+    return Preset.objects.filter(kind=kind.key, project__isnull=True) | Preset.objects.filter(
+        kind=kind.key, project=project
+    )
+
+
+def _preset(project, kind, slug: str) -> Preset | None:
+    return _presets(project, kind).filter(slug=slug).first() if slug else None
+
+
+def _errors_onto(exc: InvalidInput, settings_form, *forms) -> None:
+    """Put each problem of a refused save on the field it names, else above the settings."""
+    for path, reasons in exc.fields.items():
+        head, _, rest = path.partition(".")
+        form = next((f for f in forms if head in f.fields), None)
+        name = PREFIX + rest.split(".")[0]
         for reason in reasons:
-            if field in meta.fields:
-                meta.add_error(field, reason)
+            if form is not None:
+                form.add_error(head, f"{path}: {reason}" if rest else reason)
+            elif head == "parameters" and name in settings_form.fields:
+                settings_form.add_error(name, reason)
             else:
-                settings_form.add_error(None, f"{field}: {reason}")
+                settings_form.add_error(None, f"{path}: {reason}")
 
 
 def _evaluator_or_404(project, ref):
@@ -106,33 +146,56 @@ def _evaluator_or_404(project, ref):
 
 @project_view()
 def evaluator_detail(request, project, ref):
+    """The evaluator page; ``?preset=`` loads a preset's values into the form (not saved)."""
     evaluator = _evaluator_or_404(project, ref)
     kind = kind_resolve(evaluator.kind)
     head = evaluator.head
-    settings_form = SettingsForm(kind, initial_parameters=head.parameters if head else {})
-    return render(
-        request,
-        "evaluators/detail.html",
-        _detail_context(request, project, evaluator, kind, settings_form),
-    )
+    preset = _preset(project, kind, request.GET.get("preset", ""))
+    initial = {**(head.parameters if head else {}), **(preset.parameters if preset else {})}
+    settings_form = SettingsForm(kind, initial_parameters=initial)
+    context = _detail_context(request, project, evaluator, kind, settings_form) | {"preset": preset}
+    if request.htmx and kind.key == "code":
+        return render(request, "evaluators/detail.html#code-settings", context)
+    return render(request, "evaluators/detail.html", context)
 
 
 def _detail_context(
-    request, project, evaluator, kind, settings_form, message_form=None, try_form=None
+    request, project, evaluator, kind, settings_form, message_form=None, examples_form=None
 ):
     revisions = list(evaluator.revisions.select_related("author"))
-    return {
+    context = {
         "project": project,
         "evaluator": evaluator,
         "kind": kind,
         "settings_form": settings_form,
         "message_form": message_form or RevisionMessageForm(),
-        "try_form": try_form or TryForm(initial=_sample_for(kind)),
+        "try_form": TryForm(initial=_sample_for(kind)),
+        "try_url": reverse("evaluator-try", args=[project.slug, evaluator.slug]),
         "revisions": revisions,
         "can_edit": request.role in ("editor", "owner"),
         "outputs_schema": json.dumps((evaluator.head.schemas or {}).get("outputs"), indent=2)
         if evaluator.head
         else "null",
+    }
+    if kind.key == "code":
+        context |= _code_context(kind, evaluator.head, examples_form)
+        context["presets"] = _presets(project, kind).order_by("name")
+    return context
+
+
+def _code_context(kind, revision=None, examples_form=None) -> dict:
+    """What the code editor adds: sandbox health, runtime defaults, the example cases."""
+    from evaluators.kinds.code import DEFAULT_CODE
+
+    report = revision.examples_report if revision else []
+    passed = sum(1 for case in report if case.get("passed"))
+    return {
+        "sandbox": sandbox_status(),
+        "default_code": DEFAULT_CODE,
+        "examples_form": examples_form or ExamplesForm.for_revision(revision),
+        "examples_report": report,
+        "examples_passed": passed,
+        "examples_failed": len(report) - passed,
     }
 
 
@@ -146,29 +209,33 @@ def _sample_for(kind) -> dict:
 @require_POST
 @project_view()
 def evaluator_save(request, project, ref):
-    """Save the settings form as a new revision (nothing is saved when validation fails)."""
+    """Save the settings form (and example cases) as a new revision; nothing is saved when
+    validation, the kind's check (a syntax error) or the example cases' format fails."""
     evaluator = _evaluator_or_404(project, ref)
     kind = kind_resolve(evaluator.kind)
     settings_form = SettingsForm(kind, request.POST, initial_parameters=evaluator.head.parameters)
     message_form = RevisionMessageForm(request.POST)
-    if settings_form.is_valid() and message_form.is_valid():
+    examples_form = ExamplesForm(request.POST)
+    if all([settings_form.is_valid(), message_form.is_valid(), examples_form.is_valid()]):
         try:
             revision = evaluator_revise(
                 evaluator=evaluator,
                 parameters=settings_form.cleaned_parameters,
+                examples=examples_form.cleaned_data["examples"],
                 author=request.user,
                 message=message_form.cleaned_data["message"],
             )
         except InvalidInput as exc:
-            for field, reasons in exc.fields.items():
-                settings_form.add_error(None, f"{field}: {reasons[0]}")
+            _errors_onto(exc, settings_form, examples_form)
         else:
             if revision is None:
                 messages.info(request, "Nothing changed; no new revision.")
             else:
                 messages.success(request, f"Saved as {revision.slug}.")
             return redirect("evaluator-detail", project.slug, evaluator.slug)
-    context = _detail_context(request, project, evaluator, kind, settings_form, message_form)
+    context = _detail_context(
+        request, project, evaluator, kind, settings_form, message_form, examples_form=examples_form
+    )
     return render(request, "evaluators/detail.html", context, status=400)
 
 
@@ -190,18 +257,44 @@ def evaluator_try(request, project, ref):
     Trying changes nothing, so viewers may do it too.
     """
     evaluator = _evaluator_or_404(project, ref)
-    form = TryForm(request.POST or None)
-    result = None
     kind = kind_resolve(evaluator.kind)
+    playground, status = _try(request, project, kind, revision=evaluator.head)
+    if request.htmx:
+        context = {
+            "project": project,
+            "evaluator": evaluator,
+            "kind": kind,
+            "try_url": request.path,
+        }
+        return render(
+            request, "evaluators/detail.html#try-panel", context | playground, status=status
+        )
+    settings_form = SettingsForm(kind, initial_parameters=evaluator.head.parameters)
+    full = _detail_context(request, project, evaluator, kind, settings_form)
+    return render(request, "evaluators/detail.html", full | playground, status=status)
+
+
+def _try(request, project, kind, *, revision=None, parameters=None) -> tuple[dict, int]:
+    """One playground run: its template context (``try_form``, ``result``, ``ran``) and status.
+
+    Settings sent along (``p__*`` fields: the unsaved editor) win over the revision or
+    ``parameters``.
+    """
+    form = TryForm(request.POST or None)
     draft = None
     if any(key.startswith(PREFIX) for key in request.POST):
-        draft = SettingsForm(kind, request.POST, initial_parameters=evaluator.head.parameters)
-    if request.method == "POST" and form.is_valid() and (draft is None or draft.is_valid()):
-        config = (
-            {"kind": kind.key, "parameters": draft.cleaned_parameters}
-            if draft is not None
-            else {"revision": evaluator.head}
-        )
+        base = revision.parameters if revision else parameters
+        draft = SettingsForm(kind, request.POST, initial_parameters=base)
+        if not draft.is_valid():
+            form.add_error(None, f"Fix the settings before trying them: {_problems(draft)}")
+    result = ran = None
+    if request.method == "POST" and form.is_valid():
+        if draft is not None:
+            config = {"kind": kind.key, "parameters": draft.cleaned_parameters}
+        elif revision is not None:
+            config = {"revision": revision}
+        else:
+            config = {"kind": kind.key, "parameters": parameters}
         result = evaluation_invoke(
             inputs=form.cleaned_data["inputs"],
             outputs=form.cleaned_data["outputs"],
@@ -209,21 +302,16 @@ def evaluator_try(request, project, ref):
             project=project,
             **config,
         )
-    if draft is not None and not draft.is_valid():
-        form.add_error(None, "Fix the settings above before trying them.")
-    context = {"project": project, "evaluator": evaluator, "try_form": form, "result": result}
+        ran = "draft" if draft is not None else (revision.slug if revision else "defaults")
     status = 400 if request.method == "POST" and not form.is_valid() else 200
-    if request.htmx:
-        return render(request, "evaluators/detail.html#try-panel", context, status=status)
-    full = _detail_context(
-        request,
-        project,
-        evaluator,
-        kind,
-        SettingsForm(kind, initial_parameters=evaluator.head.parameters),
-        try_form=form,
+    return {"try_form": form, "result": result, "ran": ran}, status
+
+
+def _problems(form) -> str:
+    return "; ".join(
+        f"{form[name].label if name in form.fields else 'settings'}: {' '.join(errors)}"
+        for name, errors in form.errors.items()
     )
-    return render(request, "evaluators/detail.html", full | {"result": result}, status=status)
 
 
 @project_view()

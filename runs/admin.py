@@ -263,3 +263,28 @@ class OnlineRuleAdmin(admin.ModelAdmin):
     list_display = ["name", "project", "revision", "sampling_rate", "active", "paused_reason"]
     list_filter = ["active", "project"]
     search_fields = ["name"]
+    actions = ["backfill_last_24h"]
+
+    @admin.action(description="Re-run rule over the last 24 h")
+    def backfill_last_24h(self, request, queryset):
+        """A backfill of the last 24 hours: traces already evaluated are skipped."""
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from evalsite.errors import InvalidInput
+        from runs.online import online_backfill
+
+        until = timezone.now()
+        for rule in queryset:
+            try:
+                progress = online_backfill(
+                    rule=rule, since=until - timedelta(hours=24), until=until
+                )
+            except InvalidInput as exc:
+                self.message_user(request, f"{rule}: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request,
+                    f"{rule}: {progress['queued']} of {progress['total']} matching traces queued.",
+                )

@@ -1,3 +1,3 @@
-from runs.api import online, runs, schemas, testsets, traces
+from runs.api import compare, online, runs, schemas, testsets, traces
 
-urlpatterns = [*testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns, *online.urlpatterns, *schemas.urlpatterns]
+urlpatterns = [*compare.urlpatterns, *testsets.urlpatterns, *traces.urlpatterns, *runs.urlpatterns, *online.urlpatterns, *schemas.urlpatterns]

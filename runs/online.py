@@ -184,7 +184,9 @@ def online_rule_matches(*, rule: OnlineRule, traces: QuerySet[Trace] | None = No
 
 def _candidates(rule: OnlineRule, traces: QuerySet[Trace] | None = None) -> QuerySet[Trace]:
     """Matching, sampled, and not yet evaluated by the rule's live run."""
-    done = Scenario.objects.filter(run_id=rule.run_id, trace_id=OuterRef("pk"), status__in=FINAL_SCENARIO)
+    done = Scenario.objects.filter(
+        run_id=rule.run_id, trace_id=OuterRef("pk"), status__in=FINAL_SCENARIO
+    )
     return _sampled(online_rule_matches(rule=rule, traces=traces), rule.sampling_rate).filter(
         ~Exists(done)
     )
@@ -352,31 +354,31 @@ def online_rule_delete(*, rule: OnlineRule) -> None:
         metrics.run_refresh(run=run)
         run.refresh_from_db()
         status = RunStatus.ERRORS if run.error_cells else RunStatus.SUCCESS
-        Run.objects.filter(pk=run.pk).update(
-            status=status, finished_at=timezone.now(), closed=True
-        )
+        Run.objects.filter(pk=run.pk).update(status=status, finished_at=timezone.now(), closed=True)
     rule.delete()
 
 
 # --- dispatch -----------------------------------------------------------------------------------
 
 
-def online_queue(*, project: Project, traces: list[Trace]) -> bool:
-    """After an ingest: when the project has an active rule, match these traces a few seconds
-    after the commit. Never fails the ingest (a missed trace can be backfilled)."""
+def online_queue(*, project: Project, traces: list[Trace]) -> None:
+    """After an ingest commits: when the project has an active rule (one small query), match
+    these traces a few seconds later. Never fails the ingest (a missed trace can be
+    backfilled)."""
     ids = [trace.pk for trace in traces if trace.pk]
-    if not ids or not OnlineRule.objects.filter(project=project, active=True).exists():
-        return False
+    if not ids:
+        return
     from runs.tasks import ingest_online_dispatch
 
     def send():
+        if not OnlineRule.objects.filter(project=project, active=True).exists():
+            return
         try:
             ingest_online_dispatch.apply_async((project.pk, ids), countdown=delay_seconds())
         except Exception:
             logger.exception("could not queue online evaluation of %d traces", len(ids))
 
     transaction.on_commit(send)
-    return True
 
 
 def _rules_live(project_id: int) -> QuerySet[OnlineRule]:
@@ -427,9 +429,7 @@ def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
     if rule is None or not rule.active or rule.run is None or rule.run.status != RunStatus.RUNNING:
         return 0
     ids = [t.pk for t in traces]
-    found = list(
-        _candidates(rule, Trace.objects.filter(pk__in=ids)).order_by("start_time", "pk")
-    )
+    found = list(_candidates(rule, Trace.objects.filter(pk__in=ids)).order_by("start_time", "pk"))
     if not found:
         return 0
     roots = _root_attributes(found)
@@ -471,7 +471,8 @@ def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> lis
         by_trace = {s.trace_id: s for s in Scenario.objects.filter(run=run, trace__in=traces)}
         missing = [t for t in traces if t.pk not in by_trace]
         if missing:
-            first = (run.scenarios.aggregate(last=Max("index"))["last"] or -1) + 1
+            last = run.scenarios.aggregate(last=Max("index"))["last"]
+            first = 0 if last is None else last + 1
             now = timezone.now()
             created = Scenario.objects.bulk_create(
                 Scenario(
@@ -514,9 +515,7 @@ def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> lis
 def _claim(scenarios: list[Scenario]) -> list[Scenario]:
     """Take the scenarios nobody is evaluating: pending ones, or running ones whose worker
     went quiet long ago. Two dispatches of one trace never both call the evaluator."""
-    stale = timezone.now() - timedelta(
-        seconds=getattr(settings, "EVALSITE_RUN_STALL_SECONDS", 600)
-    )
+    stale = timezone.now() - timedelta(seconds=getattr(settings, "EVALSITE_RUN_STALL_SECONDS", 600))
     with transaction.atomic():
         free = set(
             Scenario.objects.select_for_update(skip_locked=True)
@@ -654,7 +653,6 @@ def online_backfill(*, rule: OnlineRule, since: datetime, until: datetime | None
     }
     Run.objects.filter(pk=rule.run_id).update(query=_query(rule, backfill))
     _queue_evaluations(rule, todo)
-    rule.run.query = _query(rule, backfill)
     return online_backfill_progress(rule=rule)
 
 
@@ -666,14 +664,14 @@ def _aware(value: datetime | None) -> datetime | None:
 
 def online_backfill_progress(*, rule: OnlineRule) -> dict | None:
     """The last backfill: its window, how many traces it covers and how many are evaluated."""
-    run = rule.run
-    backfill = (run.query or {}).get("backfill") if run else None
+    query = Run.objects.filter(pk=rule.run_id).values_list("query", flat=True).first()
+    backfill = (query or {}).get("backfill")
     if not backfill:
         return None
     since = datetime.fromisoformat(backfill["since"])
     until = datetime.fromisoformat(backfill["until"])
     evaluated = Scenario.objects.filter(
-        run=run,
+        run_id=rule.run_id,
         status__in=FINAL_SCENARIO,
         trace__start_time__gte=since,
         trace__start_time__lt=until,

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 from evalsite.models import Role
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 
-pytest_plugins = ["tests.servers"]
+pytest_plugins = ["tests.servers", "tests.llm_server"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """Every evaluator kind, registered on import. Add a new kind's module here."""
 
 from evaluators.kinds import (  # noqa: F401
+    agent_score,
     code,
     contains_json,
     exact_match,
@@ -9,10 +10,14 @@ from evaluators.kinds import (  # noqa: F401
     json_diff,
     json_field_match,
     json_schema,
+    llm_judge,
     numeric_match,
     regex,
     similarity,
+    step_budget,
+    tool_call_f1,
     trace_budget,
+    trajectory_match,
     webhook,
 )
 from evaluators.kinds.base import REGISTRY, Kind, get_kind

@@ -22,6 +22,7 @@ workers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -378,10 +379,8 @@ class _Run:
         close the pipes; returns the exit status."""
         if self.proc.poll() is None:
             if self.pidfd >= 0:
-                try:
+                with contextlib.suppress(OSError):  # it has just exited
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
             self.proc.kill()
         try:
             status = self.proc.wait(timeout=10)

@@ -279,9 +279,7 @@ def rule_backfill(request, rule_id):
     and the rule's `backfill` field afterwards, show the progress."""
     body = BackfillSerializer(data=request.data)
     body.is_valid(raise_exception=True)
-    progress = online.online_backfill(
-        rule=_rule_or_404(request, rule_id), **body.validated_data
-    )
+    progress = online.online_backfill(rule=_rule_or_404(request, rule_id), **body.validated_data)
     return Response(BackfillProgressSerializer(progress).data, status=status.HTTP_202_ACCEPTED)
 
 

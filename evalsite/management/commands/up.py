@@ -23,6 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="Skip the demo data.")
 
     def handle(self, *args, host, port, no_demo, **options):
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         if not no_demo:
