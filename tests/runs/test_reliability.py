@@ -67,15 +67,18 @@ class Broker:
 
 
 @pytest.fixture
-def broker(tmp_path):
+def broker(tmp_path, monkeypatch):
     broker = Broker(tmp_path)
+    # Celery reads CELERY_BROKER_URL from the environment before its configuration, and keeps
+    # producers of the first broker it published to: point both at the test's broker.
+    monkeypatch.setenv("CELERY_BROKER_URL", broker.url)
     original = app.conf.broker_url
     app.conf.broker_url = broker.url
-    app._pool = None  # publish to the test's broker from now on
+    app._pool = app.amqp._producer_pool = None
     yield broker
     broker.stop()
     app.conf.broker_url = original
-    app._pool = None
+    app._pool = app.amqp._producer_pool = None
 
 
 def _database_url() -> str:
