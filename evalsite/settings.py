@@ -111,9 +111,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimu
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360, minimum=1)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # One queue per kind of work (declared in evalsite/celery.py) so each can get its own workers.
+# The first matching pattern wins: the specific ones come first.
 CELERY_TASK_ROUTES = {
-    "runs.tasks.*": {"queue": "runs"},
     "runs.tasks.ingest_*": {"queue": "ingest"},
+    "runs.tasks.*": {"queue": "runs"},
     "evaluators.tasks.code_*": {"queue": "code"},
     "evaluators.tasks.llm_*": {"queue": "llm"},
 }
@@ -206,6 +207,19 @@ EVALSITE_RUN_CHUNK_SIZE = env_int("EVALSITE_RUN_CHUNK_SIZE", 250, minimum=1)
 # restarted empty, worker killed): chunks are idempotent, so this is always safe.
 EVALSITE_RUN_STALL_SECONDS = env_int("EVALSITE_RUN_STALL_SECONDS", 600, minimum=5)
 EVALSITE_APPLICATIONS_ALLOW_PRIVATE = env_bool("EVALSITE_APPLICATIONS_ALLOW_PRIVATE", default=False)
+EVALSITE_ENCRYPTION_KEY = env_str("EVALSITE_ENCRYPTION_KEY")  # empty: derived from SECRET_KEY
+EVALSITE_JUDGE_CONCURRENCY = env_int("EVALSITE_JUDGE_CONCURRENCY", 64, minimum=1)
+EVALSITE_JUDGE_MAX_WAIT_SECONDS = env_float("EVALSITE_JUDGE_MAX_WAIT_SECONDS", 120.0)
+EVALSITE_JUDGE_MAX_BACKOFF_SECONDS = env_float("EVALSITE_JUDGE_MAX_BACKOFF_SECONDS", 30.0)
+EVALSITE_MODELS_ALLOW_PRIVATE = env_bool("EVALSITE_MODELS_ALLOW_PRIVATE", default=False)
+EVALSITE_ONLINE_DELAY_SECONDS = env_int("EVALSITE_ONLINE_DELAY_SECONDS", 5, minimum=0)
+EVALSITE_ONLINE_CHUNK_SIZE = env_int("EVALSITE_ONLINE_CHUNK_SIZE", 50, minimum=1)
+EVALSITE_TESTSET_MAX_BYTES = env_int("EVALSITE_TESTSET_MAX_BYTES", 50 * 1024 * 1024, minimum=1024)
+EVALSITE_TESTSET_MAX_ROWS = env_int("EVALSITE_TESTSET_MAX_ROWS", 100_000, minimum=1)
+EVALSITE_TRACE_MAX_SPANS = env_int("EVALSITE_TRACE_MAX_SPANS", 10_000, minimum=1)
+EVALSITE_TRACE_MAX_ATTRIBUTES_BYTES = env_int(
+    "EVALSITE_TRACE_MAX_ATTRIBUTES_BYTES", 1024 * 1024, minimum=1024
+)
 
 LOGGING = {
     "version": 1,
@@ -213,5 +227,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # The model client logs every request at INFO; a judge makes hundreds a second.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }

@@ -116,7 +116,7 @@ class SettingsForm(forms.Form):
     def clean(self):
         data = super().clean()
         parameters: dict[str, Any] = dict(self.hidden_values)
-        for key, value in data.items():
+        for key, value in list(data.items()):
             name = key.removeprefix(PREFIX)
             prop = self.props[name]
             if prop.get("x-hidden") and key not in self.data:

@@ -330,11 +330,13 @@ def evaluations_invoke_many(
     parameters: dict[str, Any] | None = None,
     items: list[tuple[dict[str, Any], Any, dict[str, Any] | None]],
     project: Project | None = None,
+    scope: dict[str, Any] | None = None,
 ) -> list[Evaluation]:
     """Evaluate many (inputs, outputs, trace) items with one configuration.
 
     Kinds that batch (code evaluators send one batch to a warm sandbox worker) get the whole
-    list at once; the others are called item by item.
+    list at once; the others are called item by item. ``scope`` tells batch kinds what the
+    work belongs to (``run_id`` or ``rule_id``: an LLM judge's spend cap counts per run/rule).
     """
     kind_obj = kind_resolve(revision.kind if revision else kind)
     parsed = parameters_validate(kind_obj, revision.parameters if revision else parameters)
@@ -342,7 +344,11 @@ def evaluations_invoke_many(
     if not kind_obj.executes:
         reason = f"{kind_obj.name} evaluators are not run; they receive annotations."
         return [_skipped(reason) for _ in items]
-    context = {"project": project or (revision.project if revision else None), "revision": revision}
+    context = {
+        "project": project or (revision.project if revision else None),
+        "revision": revision,
+        **(scope or {}),
+    }
     if kind_obj.evaluate_many is not None:
         raws = kind_obj.evaluate_many(parsed, items, context)
     else:

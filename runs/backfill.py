@@ -75,21 +75,22 @@ def schema_backfill_apply(
 ) -> EvaluatorRevision:
     """Record ``schema`` as the revision's outputs schema and refresh every affected run.
 
-    Applying the same schema again changes nothing. A revision whose schema did not come from a
-    backfill is never overwritten (it is part of the immutable revision)."""
+    Applying the same schema again changes nothing; a revision is backfilled once (DOMAIN.md),
+    and a schema saved with the revision is never replaced."""
     schema = schema_validate(schema)
     revision = EvaluatorRevision.objects.select_for_update().get(pk=revision.pk)
     current = (revision.schemas or {}).get("outputs")
     if current == schema:
         return revision
     if current is not None and revision.schema_inferred_at is None:
-        raise InvalidInput(
-            {
-                "schema": [
-                    f"{revision.slug} was saved with its own outputs schema; it cannot be replaced."
-                ]
-            }
+        message = f"{revision.slug} was saved with its own outputs schema; it cannot be replaced."
+        raise InvalidInput({"schema": [message]})
+    if current is not None:
+        # A revision is immutable but for one backfill; a different schema means a new revision.
+        message = (
+            f"{revision.slug} was already backfilled; edit the evaluator to make a new revision."
         )
+        raise InvalidInput({"schema": [message]})
     revision.schemas = {**(revision.schemas or {}), "outputs": schema}
     revision.schema_inferred_at = timezone.now()
     revision.schema_inferred_by = author if getattr(author, "pk", None) else None

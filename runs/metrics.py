@@ -10,6 +10,7 @@ width_bucket) and stored in ``RunMetrics``: run-wide, per scenario, and per time
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +165,10 @@ def schema_infer(*, revision_id: int) -> dict[str, Any]:
             "SELECT outputs FROM runs_annotation WHERE revision_id = %s ORDER BY id LIMIT 3",
             [revision_id],
         )
-        samples = [row[0] for row in cursor.fetchall()]
+        # A raw cursor hands jsonb over as text.
+        samples = [
+            json.loads(row[0]) if isinstance(row[0], str) else row[0] for row in cursor.fetchall()
+        ]
     by_path: dict[tuple, dict] = {}
     for path, json_type, text, n, integral in rows:
         field = by_path.setdefault(tuple(path), {"types": {}, "strings": set(), "integral": True})
@@ -180,13 +184,18 @@ def schema_infer(*, revision_id: int) -> dict[str, Any]:
         if prop is None:
             continue
         _place(schema, list(path), prop)
-        agree = sum(n for t, n in field["types"].items() if t != "null")
+        count = sum(field["types"].values())
+        # Outputs whose value has the schema's type (nulls agree with a nullable field).
+        kind = _non_null_type(prop)
+        agree = field["types"].get("number" if kind in ("number", "integer") else kind, 0)
+        if isinstance(prop.get("type"), list):
+            agree += field["types"].get("null", 0)
         examples = [_dig(sample, path) for sample in samples]
         fields.append(
             {
                 "path": ".".join(path),
                 "types": field["types"],
-                "count": agree,
+                "count": count,
                 "agree": agree,
                 "examples": [json.dumps(e) for e in examples if e is not None][:3],
                 "schema": prop,
@@ -251,7 +260,9 @@ def mappings_build(run) -> list[dict]:
     outputs_column = (
         app.config.get("outputs_column") if app is not None and app.kind == "column" else None
     )
-    for step in run.steps.select_related("revision").order_by("position", "id"):
+    steps = list(run.steps.select_related("revision__evaluator").order_by("position", "id"))
+    evaluators = Counter(step.revision.evaluator_id for step in steps if step.revision is not None)
+    for step in steps:
         if step.type == "input" and run.testset_version_id:
             for column in run.testset_version.columns:
                 if column != outputs_column:
@@ -262,8 +273,14 @@ def mappings_build(run) -> list[dict]:
             mappings.append(_mapping("outputs", "outputs", step.key, OUTPUTS_PREFIX))
         elif step.revision is not None:
             schema, _ = revision_outputs_schema(step.revision)
+            # Two revisions of one evaluator in a run: name the columns by revision.
+            prefix = (
+                step.revision.slug
+                if evaluators[step.revision.evaluator_id] > 1
+                else step.revision.evaluator.slug
+            )
             for spec in schema_metrics(schema):
-                name = f"{step.revision.evaluator.slug}.{spec.key}"
+                name = f"{prefix}.{spec.key}"
                 mappings.append(
                     _mapping(
                         "annotation", name, step.key, f"{OUTPUTS_PREFIX}.{spec.key}", spec.type
@@ -394,6 +411,10 @@ def _annotation_step_stats(
         "count(*) FILTER (WHERE status = 'error')",
         "count(*) FILTER (WHERE status = 'success')",
         "avg(duration_ms) FILTER (WHERE status = 'success')",
+        "sum(judge_tokens)",
+        "avg(judge_tokens)",
+        "sum(judge_cost)",
+        "avg(judge_cost)",
         *_aggregates(specs),
     ]
     extras = []
@@ -417,9 +438,10 @@ def _annotation_step_stats(
             extras.append("NULL")
     sql = f"""
         WITH vals AS MATERIALIZED (
-            SELECT r.status, r.duration_ms, {values}
+            SELECT r.status, r.duration_ms, jt.tokens AS judge_tokens, jt.cost AS judge_cost, {values}
             FROM runs_result r
             LEFT JOIN runs_annotation a ON a.id = r.annotation_id
+            LEFT JOIN runs_trace jt ON jt.id = a.judge_trace_id
             WHERE r.run_id = %s AND r.step_key = %s {where}
         )
         SELECT {", ".join(aggregates + extras)} FROM vals
@@ -427,9 +449,9 @@ def _annotation_step_stats(
     with connection.cursor() as cursor:
         cursor.execute(sql, [run_id, step_key, *params])
         row = list(cursor.fetchone())
-    errors, successes, duration = row[:3]
+    errors, successes, duration, tokens, tokens_mean, cost, cost_mean = row[:7]
     extra_values = row[len(aggregates) :]
-    stats = _stats_from_row(specs, row[3 : len(aggregates)], errors)
+    stats = _stats_from_row(specs, row[7 : len(aggregates)], errors)
     stats["duration"] = {
         "type": "continuous",
         "mean": duration,
@@ -437,6 +459,9 @@ def _annotation_step_stats(
         "errors": errors,
     }
     stats["errors"] = {"type": "count", "count": errors}
+    # An LLM judge's own calls: tokens and cost from its traces (none for other kinds).
+    stats["tokens"] = {"type": "continuous", "sum": tokens, "mean": tokens_mean, "errors": errors}
+    stats["costs"] = {"type": "continuous", "sum": cost, "mean": cost_mean, "errors": errors}
     for spec, extra in zip(specs, extra_values, strict=True):
         entry = stats[spec.key]
         if spec.numeric and entry["count"]:
@@ -462,10 +487,10 @@ def _invocation_step_stats(run_id: int, step_key: str, where: str = "", params=(
     percentiles = ",".join(str(p / 100) for p in PERCENTILES)
     sql = f"""
         SELECT count(*) FILTER (WHERE r.status = 'error'), count(*) FILTER (WHERE r.status = 'success'),
-               avg(coalesce(t.duration_ms, r.duration_ms)), min(coalesce(t.duration_ms, r.duration_ms)),
-               max(coalesce(t.duration_ms, r.duration_ms)),
-               percentile_cont(ARRAY[{percentiles}]) WITHIN GROUP (ORDER BY coalesce(t.duration_ms, r.duration_ms)),
-               sum(t.tokens), avg(t.tokens), sum(t.cost), avg(t.cost)
+               avg(coalesce(t.duration_ms, r.duration_ms)) FILTER (WHERE r.status = 'success'), min(coalesce(t.duration_ms, r.duration_ms)) FILTER (WHERE r.status = 'success'),
+               max(coalesce(t.duration_ms, r.duration_ms)) FILTER (WHERE r.status = 'success'),
+               percentile_cont(ARRAY[{percentiles}]) WITHIN GROUP (ORDER BY coalesce(t.duration_ms, r.duration_ms)) FILTER (WHERE r.status = 'success'),
+               sum(t.tokens) FILTER (WHERE r.status = 'success'), avg(t.tokens) FILTER (WHERE r.status = 'success'), sum(t.cost) FILTER (WHERE r.status = 'success'), avg(t.cost) FILTER (WHERE r.status = 'success')
         FROM runs_result r LEFT JOIN runs_trace t ON t.id = r.trace_id
         WHERE r.run_id = %s AND r.step_key = %s {where}
     """

@@ -428,6 +428,8 @@ def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
     )
     if rule is None or not rule.active or rule.run is None or rule.run.status != RunStatus.RUNNING:
         return 0
+    if _pause_if_connection_failing(rule):
+        return 0
     ids = [t.pk for t in traces]
     found = list(_candidates(rule, Trace.objects.filter(pk__in=ids)).order_by("start_time", "pk"))
     if not found:
@@ -444,7 +446,26 @@ def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
         raise
     services.run_progress_update(run_id=rule.run_id)
     _metrics_refresh(rule, [s.pk for s in claimed])
+    _pause_if_connection_failing(rule)  # this batch may have found the key revoked
     return written
+
+
+def _pause_if_connection_failing(rule: OnlineRule) -> bool:
+    """A rule whose model connection fails authentication stops, with the reason visible,
+    instead of recording an error for every new trace until someone notices."""
+    from evaluators.models import ModelConnection
+
+    ref = (rule.revision.parameters or {}).get("connection")
+    if not ref:
+        return False
+    connection = ModelConnection.objects.for_project(rule.project).by_ref(ref).first()
+    if connection is None or not connection.is_failing:
+        return False
+    online_rule_pause(
+        rule=rule,
+        reason=f"Model connection {connection.name} is failing: {connection.failing_reason}",
+    )
+    return True
 
 
 def _root_attributes(traces: list[Trace]) -> dict[int, dict]:
@@ -546,7 +567,7 @@ def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[ser
     ]
     try:
         evaluations = evaluations_invoke_many(
-            revision=step.revision, items=items, project=rule.project
+            revision=step.revision, items=items, project=rule.project, scope={"rule_id": rule.pk}
         )
     except InvalidInput as exc:
         evaluations = [_failed("invalid_parameters", exc)] * len(items)

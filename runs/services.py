@@ -194,7 +194,8 @@ def _scenarios_from_testcases(run: Run, version: TestsetVersion) -> None:
 
 def run_start(*, run: Run) -> Run:
     """Queue a pending run. Idempotent: starting a queued or running run does nothing."""
-    if Run.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(status=RunStatus.QUEUED):
+    queued = Run.objects.filter(pk=run.pk, status=RunStatus.PENDING)
+    if queued.update(status=RunStatus.QUEUED, progressed_at=timezone.now()):
         _queue_dispatch(run.pk)
     run.refresh_from_db()
     return run
@@ -375,7 +376,7 @@ def _evaluate_step(run, step, scenarios, invocations, existing, repeat) -> list[
     items = [(s.inputs, invocations[s.pk][0], invocations[s.pk][1]) for s in ready]
     try:
         evaluations = evaluations_invoke_many(
-            revision=step.revision, items=items, project=run.project
+            revision=step.revision, items=items, project=run.project, scope={"run_id": run.pk}
         )
     except InvalidInput as exc:
         # The revision's own parameters are invalid (e.g. a kind changed since): an error per cell.
@@ -462,6 +463,8 @@ def _annotations_for(run: Run, cells: list[Cell], trace_of: dict) -> dict[int, A
         if cell.evaluation is None or cell.evaluation.status != "success":
             continue
         revision = cell.revision
+        # The judge's own trace holds the full prompt; the annotation keeps a link, not a copy.
+        details = {k: v for k, v in cell.evaluation.details.items() if k != "rendered_prompt"}
         made[id(cell)] = Annotation(
             project_id=run.project_id,
             trace=_annotated_trace(cell, trace_of),
@@ -471,11 +474,8 @@ def _annotations_for(run: Run, cells: list[Cell], trace_of: dict) -> dict[int, A
             revision=revision,
             origin=Origin.AUTO,
             channel=Channel.API,
-            details={
-                k: v
-                for k, v in (("logs", cell.evaluation.logs), ("details", cell.evaluation.details))
-                if v
-            },
+            judge_trace_id=details.get("judge_trace_id"),
+            details={k: v for k, v in (("logs", cell.evaluation.logs), ("details", details)) if v},
         )
     Annotation.objects.bulk_create(made.values(), batch_size=1000)
     return made
@@ -567,9 +567,10 @@ def run_progress_update(*, run_id: int) -> Run:
     Run.objects.filter(pk=run_id).update(
         done_cells=counts["done"], error_cells=counts["errors"], progressed_at=timezone.now()
     )
-    run = Run.objects.get(pk=run_id)
+    run = Run.objects.select_related("application").get(pk=run_id)
     if (
         run.status == RunStatus.RUNNING
+        and not _is_logged(run)
         and not run.is_online
         and run.total_cells
         and run.done_cells >= run.total_cells
@@ -578,8 +579,23 @@ def run_progress_update(*, run_id: int) -> Run:
     return run
 
 
+def _is_logged(run: Run) -> bool:
+    """A run whose cells the client logs ends when the client closes it, never on its own."""
+    return run.application is None or run.application.kind == Application.Kind.LOGGED
+
+
+def _final_status(run: Run) -> str:
+    """success; errors when some cells failed; failure when nothing but the inputs succeeded."""
+    if not run.error_cells:
+        return RunStatus.SUCCESS
+    succeeded = Result.objects.filter(run=run, status=ResultStatus.SUCCESS).exclude(
+        step_key__in=run.steps.filter(type=StepType.INPUT).values("key")
+    )
+    return RunStatus.ERRORS if succeeded.exists() else RunStatus.FAILURE
+
+
 def run_finish(*, run: Run) -> None:
-    status = RunStatus.ERRORS if run.error_cells else RunStatus.SUCCESS
+    status = _final_status(run)
     if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=status, finished_at=timezone.now()
     ):
@@ -684,7 +700,9 @@ def run_add_evaluators(*, run: Run, revisions: list[EvaluatorRevision]) -> Run:
 
 
 def _requeue(run: Run) -> None:
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, finished_at=None, error=None)
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.QUEUED, finished_at=None, error=None, progressed_at=timezone.now()
+    )
     _queue_dispatch(run.pk)
 
 
@@ -692,13 +710,12 @@ def _requeue(run: Run) -> None:
 def run_close(*, run: Run) -> Run:
     """Close a run: read-only from now on. A logged (SDK) run ends here, with its metrics."""
     run = _locked(run)
-    logged = run.application is None or run.application.kind == Application.Kind.LOGGED
+    logged = _is_logged(run)
     if run.is_active and not logged:
         raise InvalidInput({"run": ["A running run cannot be closed; cancel it first."]})
     if run.is_active:
         run = run_progress_update(run_id=run.pk)
-        status = RunStatus.ERRORS if run.error_cells else RunStatus.SUCCESS
-        Run.objects.filter(pk=run.pk).update(status=status, finished_at=timezone.now())
+        Run.objects.filter(pk=run.pk).update(status=_final_status(run), finished_at=timezone.now())
         run.refresh_from_db()
         metrics.run_refresh(run=run)
     Run.objects.filter(pk=run.pk).update(closed=True)
@@ -842,7 +859,14 @@ def results_log(
     steps = {s.key: s for s in run.steps.select_related("revision__evaluator")}
     by_index = {s.index: s for s in run.scenarios.all()} if entries else {}
     results: list[Result] = []
-    for i, entry in enumerate(entries):
+    invoked: dict[tuple[int, int], Any] = {}  # traces logged in this very request
+    order = {StepType.INPUT: 0, StepType.INVOCATION: 1, StepType.ANNOTATION: 2}
+    # Invocations first, so an annotation logged in the same request finds its trace.
+    ranked = sorted(
+        enumerate(entries),
+        key=lambda e: order.get(getattr(steps.get(e[1].get("step_key")), "type", ""), 3),
+    )
+    for i, entry in ranked:
         scenario = by_index.get(entry.get("scenario"))
         step = steps.get(entry.get("step_key"))
         if scenario is None:
@@ -857,9 +881,12 @@ def results_log(
             raise InvalidInput(
                 {f"results.{i}.step_key": [f"Unknown step; this run has: {', '.join(steps)}."]}
             )
-        results.append(
-            _result_from_entry(run, scenario, step, entry, i, author, channel, annotation_create)
+        result = _result_from_entry(
+            run, scenario, step, entry, i, author, channel, annotation_create, invoked
         )
+        if result.trace is not None and step.type == StepType.INVOCATION:
+            invoked[(scenario.pk, result.repeat_idx)] = result.trace
+        results.append(result)
     Result.objects.bulk_create(
         results,
         update_conflicts=True,
@@ -880,7 +907,9 @@ def results_log(
     return results
 
 
-def _result_from_entry(run, scenario, step, entry, i, author, channel, annotation_create) -> Result:
+def _result_from_entry(
+    run, scenario, step, entry, i, author, channel, annotation_create, invoked
+) -> Result:
     from runs.models import Trace
 
     repeat = int(entry.get("repeat_idx") or 0)
@@ -940,7 +969,9 @@ def _result_from_entry(run, scenario, step, entry, i, author, channel, annotatio
         raise InvalidInput(
             {f"results.{i}.outputs": ["Give the evaluator's outputs (or an error)."]}
         )
-    annotated = trace or _scenario_invocation_trace(scenario, repeat)
+    annotated = (
+        trace or invoked.get((scenario.pk, repeat)) or _scenario_invocation_trace(scenario, repeat)
+    )
     try:
         result.annotation = annotation_create(
             project=run.project,

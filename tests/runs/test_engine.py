@@ -180,3 +180,32 @@ def test_it_refuses_an_outputs_column_the_testset_lacks(project, capitals, exact
         run_create(project=project, testset_version=capitals, application=app, revisions=[exact])
     assert "answer" in caught.value.fields["application"][0]
     assert not Run.objects.exists()
+
+
+def test_it_links_judge_calls_and_counts_their_tokens_and_cost(
+    project, capitals, column_app, llm_server, llm_connection, django_capture_on_commit_callbacks
+):
+    judge = evaluator_create(
+        project=project,
+        kind="llm_judge",
+        name="Judge",
+        preset="correctness",
+        parameters={"connection": llm_connection.slug},
+    ).head
+    run = run_create(
+        project=project, testset_version=capitals, application=column_app, revisions=[judge]
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        run_start(run=run)
+    run.refresh_from_db()
+    errors = list(Result.objects.filter(run=run, status="error").values_list("error", flat=True))
+    assert run.status == "success", errors
+    annotations = Annotation.objects.filter(revision=judge)
+    assert annotations.count() == 4
+    assert all(
+        a.judge_trace is not None and "rendered_prompt" not in a.details.get("details", {})
+        for a in annotations
+    )
+    stats = run.metrics.get(scenario=None).data[f"evaluator-{judge.slug}"]
+    assert stats["tokens"]["sum"] == 4 * 120
+    assert stats["costs"]["sum"] > 0

@@ -425,3 +425,27 @@ def test_it_refuses_another_projects_evaluator(project, other_project):
     with pytest.raises(InvalidInput) as caught:
         online_rule_create(project=project, name="Stolen", revision=theirs.head)
     assert "evaluator" in caught.value.fields
+
+
+def test_it_pauses_a_rule_whose_model_connection_fails_authentication(
+    project, llm_server, llm_connection, django_capture_on_commit_callbacks
+):
+    from runs.models import OnlineRule
+    from tests.llm_server import failure
+
+    judge = evaluator_create(
+        project=project,
+        kind="llm_judge",
+        name="Judge",
+        preset="helpfulness",
+        parameters={"connection": llm_connection.slug},
+    ).head
+    rule = online_rule_create(project=project, name="Judged", revision=judge)
+    llm_server.answer = failure(401, "invalid api key")
+    ingest(project, django_capture_on_commit_callbacks, root("a" * 32))
+    rule = OnlineRule.objects.get(pk=rule.pk)
+    assert not rule.active
+    assert "failing" in rule.paused_reason and "invalid api key" in rule.paused_reason.lower()
+    calls = len(llm_server.calls)
+    ingest(project, django_capture_on_commit_callbacks, root("b" * 32))
+    assert len(llm_server.calls) == calls  # paused: the judge is not called again
