@@ -46,7 +46,9 @@ def main() -> None:
     # What the engine does as results land: per-scenario statistics (the table sorts on them).
     ids = list(run.scenarios.values_list("pk", flat=True))
     for i in range(0, len(ids), 2000):
-        metrics.scenarios_refresh(run=run, scenarios=list(run.scenarios.filter(pk__in=ids[i : i + 2000])))
+        metrics.scenarios_refresh(
+            run=run, scenarios=list(run.scenarios.filter(pk__in=ids[i : i + 2000]))
+        )
     metrics.run_refresh(run=run)
     run.refresh_from_db()
     user = user_get_or_create(username="bench-viewer")
@@ -54,15 +56,23 @@ def main() -> None:
     client = Client()
     client.force_login(user)
     base = f"/p/{run.project.slug}/runs/{run.pk}/"
-    score = next(m["column"]["name"] for m in run.mappings if m["column"]["name"].endswith(".score"))
+    score = next(
+        m["column"]["name"] for m in run.mappings if m["column"]["name"].endswith(".score")
+    )
     table = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-scenarios"}
     results = {
         "run page": median_ms(client, base, args.requests),
-        f"table page (50 rows sorted by {score}, descending)": median_ms(client, f"{base}?sort=-{score}&page=7", args.requests, **table),
+        f"table page (50 rows sorted by {score}, descending)": median_ms(
+            client, f"{base}?sort=-{score}&page=7", args.requests, **table
+        ),
         "drill-in": median_ms(client, f"{base}scenarios/54321/", args.requests),
-        "progress fragment": median_ms(client, f"{base}progress", args.requests, HTTP_HX_REQUEST="true"),
+        "progress fragment": median_ms(
+            client, f"{base}progress", args.requests, HTTP_HX_REQUEST="true"
+        ),
     }
-    print(f"run {run.pk} with {args.scenarios:,} scenarios x {len(revisions)} evaluators; median of {args.requests}:")
+    print(
+        f"run {run.pk} with {args.scenarios:,} scenarios x {len(revisions)} evaluators; median of {args.requests}:"
+    )
     for name, ms in results.items():
         print(f"  {name:<55} {ms:8.1f} ms")
 

@@ -549,7 +549,9 @@ class InferredSchema(models.Model):
     )
     schema = models.JSONField(default=dict)
     fields = models.JSONField(default=list)
-    total = models.PositiveIntegerField(default=0, help_text="How many outputs it was inferred from.")
+    total = models.PositiveIntegerField(
+        default=0, help_text="How many outputs it was inferred from."
+    )
     inferred_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evaluators', '0001_initial'),
+        ("evaluators", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='evaluatorrevision',
-            name='examples_report',
-            field=models.JSONField(blank=True, default=list, help_text='How each example case fared when this revision was saved.'),
+            model_name="evaluatorrevision",
+            name="examples_report",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="How each example case fared when this revision was saved.",
+            ),
         ),
     ]

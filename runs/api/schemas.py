@@ -19,8 +19,7 @@ REF = OpenApiParameter("ref", str, OpenApiParameter.PATH, description="Revision 
 Candidates = inline_serializer(
     "BackfillCandidate",
     many=True,
-    fields=
-    {
+    fields={
         "revision": serializers.JSONField(),
         "evaluator": serializers.JSONField(),
         "kind": serializers.CharField(),

@@ -7,375 +7,940 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('evalsite', '0001_initial'),
-        ('evaluators', '0001_initial'),
+        ("evalsite", "0001_initial"),
+        ("evaluators", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Annotation',
+            name="Annotation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('span_id', models.CharField(blank=True, max_length=64)),
-                ('outputs', models.JSONField(default=dict)),
-                ('evaluator_slug', models.SlugField(max_length=100)),
-                ('origin', models.CharField(choices=[('auto', 'Auto'), ('human', 'Human'), ('custom', 'Custom')], default='auto', max_length=16)),
-                ('channel', models.CharField(choices=[('web', 'Web'), ('api', 'Api'), ('sdk', 'Sdk')], default='api', max_length=16)),
-                ('details', models.JSONField(blank=True, default=dict, help_text='Logs, reasoning, extras.')),
-                ('history', models.JSONField(blank=True, default=list, help_text='Earlier values: [{outputs, origin, by, at}].')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('evaluator', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='annotations', to='evaluators.evaluator')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='annotations', to='evalsite.project')),
-                ('revision', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='annotations', to='evaluators.evaluatorrevision')),
-                ('updated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("span_id", models.CharField(blank=True, max_length=64)),
+                ("outputs", models.JSONField(default=dict)),
+                ("evaluator_slug", models.SlugField(max_length=100)),
+                (
+                    "origin",
+                    models.CharField(
+                        choices=[("auto", "Auto"), ("human", "Human"), ("custom", "Custom")],
+                        default="auto",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "channel",
+                    models.CharField(
+                        choices=[("web", "Web"), ("api", "Api"), ("sdk", "Sdk")],
+                        default="api",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "details",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Logs, reasoning, extras."
+                    ),
+                ),
+                (
+                    "history",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Earlier values: [{outputs, origin, by, at}].",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "evaluator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="annotations",
+                        to="evaluators.evaluator",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="annotations",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "revision",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="annotations",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Application',
+            name="Application",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=100)),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('kind', models.CharField(choices=[('column', 'Outputs in a testset column'), ('logged', 'Outputs logged through the API'), ('http', 'HTTP endpoint')], max_length=16)),
-                ('config', models.JSONField(default=dict, help_text='column: {outputs_column}; http: {url, headers, timeout, ...}')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='applications', to='evalsite.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=100)),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("column", "Outputs in a testset column"),
+                            ("logged", "Outputs logged through the API"),
+                            ("http", "HTTP endpoint"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "config",
+                    models.JSONField(
+                        default=dict,
+                        help_text="column: {outputs_column}; http: {url, headers, timeout, ...}",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="applications",
+                        to="evalsite.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('queued', 'Queued'), ('running', 'Running'), ('success', 'Success'), ('errors', 'Errors'), ('failure', 'Failure'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('is_online', models.BooleanField(default=False)),
-                ('query', models.JSONField(blank=True, default=dict, help_text='Online runs: the trace filter.')),
-                ('repeats', models.PositiveSmallIntegerField(default=1)),
-                ('mappings', models.JSONField(blank=True, default=list, help_text='Scenario-table columns: [{column: {kind, name}, step: {key, path}}].')),
-                ('total_cells', models.PositiveIntegerField(default=0)),
-                ('done_cells', models.PositiveIntegerField(default=0)),
-                ('error_cells', models.PositiveIntegerField(default=0)),
-                ('scenario_count', models.PositiveIntegerField(default=0)),
-                ('closed', models.BooleanField(default=False)),
-                ('error', models.JSONField(blank=True, help_text='Why the run failed as a whole.', null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('progressed_at', models.DateTimeField(blank=True, help_text='Last time a cell finished; the stall sweeper reads it.', null=True)),
-                ('metrics_refreshed_at', models.DateTimeField(blank=True, null=True)),
-                ('application', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='runs.application')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='evalsite.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("success", "Success"),
+                            ("errors", "Errors"),
+                            ("failure", "Failure"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("is_online", models.BooleanField(default=False)),
+                (
+                    "query",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Online runs: the trace filter."
+                    ),
+                ),
+                ("repeats", models.PositiveSmallIntegerField(default=1)),
+                (
+                    "mappings",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Scenario-table columns: [{column: {kind, name}, step: {key, path}}].",
+                    ),
+                ),
+                ("total_cells", models.PositiveIntegerField(default=0)),
+                ("done_cells", models.PositiveIntegerField(default=0)),
+                ("error_cells", models.PositiveIntegerField(default=0)),
+                ("scenario_count", models.PositiveIntegerField(default=0)),
+                ("closed", models.BooleanField(default=False)),
+                (
+                    "error",
+                    models.JSONField(
+                        blank=True, help_text="Why the run failed as a whole.", null=True
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "progressed_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="Last time a cell finished; the stall sweeper reads it.",
+                        null=True,
+                    ),
+                ),
+                ("metrics_refreshed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "application",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs",
+                        to="runs.application",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to="evalsite.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='OnlineRule',
+            name="OnlineRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('filter', models.JSONField(blank=True, default=dict, help_text='{name, attributes: {path: value}, since, until}')),
-                ('sampling_rate', models.FloatField(default=1.0)),
-                ('active', models.BooleanField(default=True)),
-                ('paused_reason', models.CharField(blank=True, max_length=500)),
-                ('bucket_seconds', models.PositiveIntegerField(default=3600)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='online_rules', to='evalsite.project')),
-                ('revision', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='online_rules', to='evaluators.evaluatorrevision')),
-                ('run', models.OneToOneField(blank=True, help_text='The live run whose scenarios are the evaluated traces.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='online_rule', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "filter",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="{name, attributes: {path: value}, since, until}",
+                    ),
+                ),
+                ("sampling_rate", models.FloatField(default=1.0)),
+                ("active", models.BooleanField(default=True)),
+                ("paused_reason", models.CharField(blank=True, max_length=500)),
+                ("bucket_seconds", models.PositiveIntegerField(default=3600)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="online_rules",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "revision",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="online_rules",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
+                (
+                    "run",
+                    models.OneToOneField(
+                        blank=True,
+                        help_text="The live run whose scenarios are the evaluated traces.",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="online_rule",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='RunStep',
+            name="RunStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=200)),
-                ('type', models.CharField(choices=[('input', 'Input'), ('invocation', 'Invocation'), ('annotation', 'Annotation')], max_length=16)),
-                ('position', models.PositiveSmallIntegerField(default=0)),
-                ('references', models.JSONField(default=dict)),
-                ('revision', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='run_steps', to='evaluators.evaluatorrevision')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                (
+                    "type",
+                    models.CharField(
+                        choices=[
+                            ("input", "Input"),
+                            ("invocation", "Invocation"),
+                            ("annotation", "Annotation"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("position", models.PositiveSmallIntegerField(default=0)),
+                ("references", models.JSONField(default=dict)),
+                (
+                    "revision",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="run_steps",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Scenario',
+            name="Scenario",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('inputs', models.JSONField(default=dict, help_text="The testcase row or the trace's root inputs.")),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('success', 'Success'), ('errors', 'Errors'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='scenarios', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                (
+                    "inputs",
+                    models.JSONField(
+                        default=dict, help_text="The testcase row or the trace's root inputs."
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("success", "Success"),
+                            ("errors", "Errors"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="scenarios",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['index'],
+                "ordering": ["index"],
             },
         ),
         migrations.CreateModel(
-            name='RunMetrics',
+            name="RunMetrics",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bucket_start', models.DateTimeField(blank=True, null=True)),
-                ('data', models.JSONField(default=dict)),
-                ('refreshed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='metrics', to='runs.run')),
-                ('scenario', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='metrics', to='runs.scenario')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("bucket_start", models.DateTimeField(blank=True, null=True)),
+                ("data", models.JSONField(default=dict)),
+                ("refreshed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="metrics",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "scenario",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="metrics",
+                        to="runs.scenario",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Testcase',
+            name="Testcase",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('data', models.JSONField(default=dict)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("data", models.JSONField(default=dict)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['index'],
+                "ordering": ["index"],
             },
         ),
         migrations.AddField(
-            model_name='scenario',
-            name='testcase',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.testcase'),
+            model_name="scenario",
+            name="testcase",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="runs.testcase",
+            ),
         ),
         migrations.CreateModel(
-            name='Testset',
+            name="Testset",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=100)),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='testsets', to='evalsite.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=100)),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="testsets",
+                        to="evalsite.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='TestsetVersion',
+            name="TestsetVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('columns', models.JSONField(default=list, help_text='Column names in display order.')),
-                ('row_count', models.PositiveIntegerField(default=0)),
-                ('message', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('testset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='runs.testset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("version", models.PositiveIntegerField()),
+                (
+                    "columns",
+                    models.JSONField(default=list, help_text="Column names in display order."),
+                ),
+                ("row_count", models.PositiveIntegerField(default=0)),
+                ("message", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "testset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="versions",
+                        to="runs.testset",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-version'],
+                "ordering": ["-version"],
             },
         ),
         migrations.AddField(
-            model_name='testset',
-            name='head',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.testsetversion'),
+            model_name="testset",
+            name="head",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="runs.testsetversion",
+            ),
         ),
         migrations.AddField(
-            model_name='testcase',
-            name='version',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='testcases', to='runs.testsetversion'),
+            model_name="testcase",
+            name="version",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="testcases",
+                to="runs.testsetversion",
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='testset_version',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='runs.testsetversion'),
+            model_name="run",
+            name="testset_version",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="runs",
+                to="runs.testsetversion",
+            ),
         ),
         migrations.CreateModel(
-            name='Trace',
+            name="Trace",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trace_id', models.CharField(max_length=64)),
-                ('name', models.CharField(blank=True, help_text="The root span's name.", max_length=300)),
-                ('root_span_id', models.CharField(blank=True, max_length=64)),
-                ('start_time', models.DateTimeField(blank=True, null=True)),
-                ('end_time', models.DateTimeField(blank=True, null=True)),
-                ('duration_ms', models.FloatField(blank=True, null=True)),
-                ('status', models.CharField(default='ok', max_length=16)),
-                ('tokens', models.FloatField(blank=True, null=True)),
-                ('cost', models.FloatField(blank=True, null=True)),
-                ('span_count', models.PositiveIntegerField(default=0)),
-                ('source', models.CharField(default='api', help_text='api, otlp, invocation (recorded by a run), judge', max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='traces', to='evalsite.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trace_id", models.CharField(max_length=64)),
+                (
+                    "name",
+                    models.CharField(blank=True, help_text="The root span's name.", max_length=300),
+                ),
+                ("root_span_id", models.CharField(blank=True, max_length=64)),
+                ("start_time", models.DateTimeField(blank=True, null=True)),
+                ("end_time", models.DateTimeField(blank=True, null=True)),
+                ("duration_ms", models.FloatField(blank=True, null=True)),
+                ("status", models.CharField(default="ok", max_length=16)),
+                ("tokens", models.FloatField(blank=True, null=True)),
+                ("cost", models.FloatField(blank=True, null=True)),
+                ("span_count", models.PositiveIntegerField(default=0)),
+                (
+                    "source",
+                    models.CharField(
+                        default="api",
+                        help_text="api, otlp, invocation (recorded by a run), judge",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="traces",
+                        to="evalsite.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-start_time', '-id'],
+                "ordering": ["-start_time", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Span',
+            name="Span",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('span_id', models.CharField(max_length=64)),
-                ('parent_id', models.CharField(blank=True, help_text='Empty for a root span.', max_length=64)),
-                ('name', models.CharField(max_length=300)),
-                ('kind', models.CharField(default='task', max_length=32)),
-                ('start_time', models.DateTimeField(blank=True, null=True)),
-                ('end_time', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(default='ok', max_length=16)),
-                ('status_message', models.TextField(blank=True)),
-                ('attributes', models.JSONField(default=dict, help_text='{"ag": {"data", "metrics": {"unit", "acc"}, "meta"}, ...otel}')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='spans', to='runs.trace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("span_id", models.CharField(max_length=64)),
+                (
+                    "parent_id",
+                    models.CharField(blank=True, help_text="Empty for a root span.", max_length=64),
+                ),
+                ("name", models.CharField(max_length=300)),
+                ("kind", models.CharField(default="task", max_length=32)),
+                ("start_time", models.DateTimeField(blank=True, null=True)),
+                ("end_time", models.DateTimeField(blank=True, null=True)),
+                ("status", models.CharField(default="ok", max_length=16)),
+                ("status_message", models.TextField(blank=True)),
+                (
+                    "attributes",
+                    models.JSONField(
+                        default=dict,
+                        help_text='{"ag": {"data", "metrics": {"unit", "acc"}, "meta"}, ...otel}',
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="spans",
+                        to="runs.trace",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['start_time', 'id'],
+                "ordering": ["start_time", "id"],
             },
         ),
         migrations.AddField(
-            model_name='scenario',
-            name='trace',
-            field=models.ForeignKey(blank=True, help_text='Online runs: the trace this scenario evaluates.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.trace'),
+            model_name="scenario",
+            name="trace",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="Online runs: the trace this scenario evaluates.",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="runs.trace",
+            ),
         ),
         migrations.CreateModel(
-            name='Result',
+            name="Result",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step_key', models.CharField(max_length=200)),
-                ('repeat_idx', models.PositiveSmallIntegerField(default=0)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('success', 'Success'), ('error', 'Error'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('error', models.JSONField(blank=True, help_text='{code, type, message, stacktrace}', null=True)),
-                ('duration_ms', models.FloatField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('annotation', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='results', to='runs.annotation')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='runs.run')),
-                ('scenario', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='runs.scenario')),
-                ('testcase', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.testcase')),
-                ('trace', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.trace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step_key", models.CharField(max_length=200)),
+                ("repeat_idx", models.PositiveSmallIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("success", "Success"),
+                            ("error", "Error"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "error",
+                    models.JSONField(
+                        blank=True, help_text="{code, type, message, stacktrace}", null=True
+                    ),
+                ),
+                ("duration_ms", models.FloatField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "annotation",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="results",
+                        to="runs.annotation",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "scenario",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="runs.scenario",
+                    ),
+                ),
+                (
+                    "testcase",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.testcase",
+                    ),
+                ),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.trace",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='annotation',
-            name='judge_trace',
-            field=models.ForeignKey(blank=True, help_text="The evaluator's own trace (an LLM judge call), when it has one.", null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.trace'),
+            model_name="annotation",
+            name="judge_trace",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="The evaluator's own trace (an LLM judge call), when it has one.",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="runs.trace",
+            ),
         ),
         migrations.AddField(
-            model_name='annotation',
-            name='trace',
-            field=models.ForeignKey(blank=True, help_text='The annotated trace.', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='annotations', to='runs.trace'),
+            model_name="annotation",
+            name="trace",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="The annotated trace.",
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="annotations",
+                to="runs.trace",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='application',
-            constraint=models.UniqueConstraint(fields=('project', 'slug'), name='application_unique_slug'),
+            model_name="application",
+            constraint=models.UniqueConstraint(
+                fields=("project", "slug"), name="application_unique_slug"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='runstep',
-            constraint=models.UniqueConstraint(fields=('run', 'key'), name='runstep_unique_key'),
+            model_name="runstep",
+            constraint=models.UniqueConstraint(fields=("run", "key"), name="runstep_unique_key"),
         ),
         migrations.AddConstraint(
-            model_name='runmetrics',
-            constraint=models.UniqueConstraint(fields=('run', 'scenario', 'bucket_start'), name='runmetrics_unique_row', nulls_distinct=False),
+            model_name="runmetrics",
+            constraint=models.UniqueConstraint(
+                fields=("run", "scenario", "bucket_start"),
+                name="runmetrics_unique_row",
+                nulls_distinct=False,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='testsetversion',
-            constraint=models.UniqueConstraint(fields=('testset', 'version'), name='testset_version_unique'),
+            model_name="testsetversion",
+            constraint=models.UniqueConstraint(
+                fields=("testset", "version"), name="testset_version_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='testset',
-            constraint=models.UniqueConstraint(fields=('project', 'slug'), name='testset_unique_slug'),
+            model_name="testset",
+            constraint=models.UniqueConstraint(
+                fields=("project", "slug"), name="testset_unique_slug"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='testcase',
-            constraint=models.UniqueConstraint(fields=('version', 'index'), name='testcase_unique_index'),
+            model_name="testcase",
+            constraint=models.UniqueConstraint(
+                fields=("version", "index"), name="testcase_unique_index"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['project', '-created_at'], name='runs_run_project_44b5a3_idx'),
+            model_name="run",
+            index=models.Index(
+                fields=["project", "-created_at"], name="runs_run_project_44b5a3_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['status'], name='runs_run_status_a3d5f7_idx'),
+            model_name="run",
+            index=models.Index(fields=["status"], name="runs_run_status_a3d5f7_idx"),
         ),
         migrations.AddIndex(
-            model_name='trace',
-            index=models.Index(fields=['project', '-start_time'], name='runs_trace_project_3518f5_idx'),
+            model_name="trace",
+            index=models.Index(
+                fields=["project", "-start_time"], name="runs_trace_project_3518f5_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='trace',
-            index=models.Index(fields=['project', 'name'], name='runs_trace_project_5e5671_idx'),
+            model_name="trace",
+            index=models.Index(fields=["project", "name"], name="runs_trace_project_5e5671_idx"),
         ),
         migrations.AddConstraint(
-            model_name='trace',
-            constraint=models.UniqueConstraint(fields=('project', 'trace_id'), name='trace_unique_id'),
+            model_name="trace",
+            constraint=models.UniqueConstraint(
+                fields=("project", "trace_id"), name="trace_unique_id"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='span',
-            constraint=models.UniqueConstraint(fields=('trace', 'span_id'), name='span_unique_id'),
+            model_name="span",
+            constraint=models.UniqueConstraint(fields=("trace", "span_id"), name="span_unique_id"),
         ),
         migrations.AddIndex(
-            model_name='scenario',
-            index=models.Index(fields=['run', 'status'], name='runs_scenar_run_id_017e53_idx'),
+            model_name="scenario",
+            index=models.Index(fields=["run", "status"], name="runs_scenar_run_id_017e53_idx"),
         ),
         migrations.AddIndex(
-            model_name='scenario',
-            index=models.Index(fields=['run', 'created_at'], name='runs_scenar_run_id_33f8de_idx'),
+            model_name="scenario",
+            index=models.Index(fields=["run", "created_at"], name="runs_scenar_run_id_33f8de_idx"),
         ),
         migrations.AddConstraint(
-            model_name='scenario',
-            constraint=models.UniqueConstraint(fields=('run', 'index'), name='scenario_unique_index'),
+            model_name="scenario",
+            constraint=models.UniqueConstraint(
+                fields=("run", "index"), name="scenario_unique_index"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='scenario',
-            constraint=models.UniqueConstraint(condition=models.Q(('trace__isnull', False)), fields=('run', 'trace'), name='scenario_unique_trace'),
+            model_name="scenario",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("trace__isnull", False)),
+                fields=("run", "trace"),
+                name="scenario_unique_trace",
+            ),
         ),
         migrations.AddIndex(
-            model_name='result',
-            index=models.Index(fields=['run', 'step_key', 'status'], name='runs_result_run_id_5aeda5_idx'),
+            model_name="result",
+            index=models.Index(
+                fields=["run", "step_key", "status"], name="runs_result_run_id_5aeda5_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='result',
-            index=models.Index(fields=['scenario', 'step_key'], name='runs_result_scenari_11a3ec_idx'),
+            model_name="result",
+            index=models.Index(
+                fields=["scenario", "step_key"], name="runs_result_scenari_11a3ec_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='result',
-            constraint=models.UniqueConstraint(fields=('run', 'scenario', 'step_key', 'repeat_idx'), name='result_unique_cell'),
+            model_name="result",
+            constraint=models.UniqueConstraint(
+                fields=("run", "scenario", "step_key", "repeat_idx"), name="result_unique_cell"
+            ),
         ),
         migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['project', 'evaluator_slug'], name='runs_annota_project_dcfd8b_idx'),
+            model_name="annotation",
+            index=models.Index(
+                fields=["project", "evaluator_slug"], name="runs_annota_project_dcfd8b_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['project', 'evaluator'], name='runs_annota_project_faf85b_idx'),
+            model_name="annotation",
+            index=models.Index(
+                fields=["project", "evaluator"], name="runs_annota_project_faf85b_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['trace'], name='runs_annota_trace_i_e45a85_idx'),
+            model_name="annotation",
+            index=models.Index(fields=["trace"], name="runs_annota_trace_i_e45a85_idx"),
         ),
     ]

@@ -6,22 +6,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evaluators', '0003_model_connection'),
-        ('runs', '0001_initial'),
+        ("evaluators", "0003_model_connection"),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='InferredSchema',
+            name="InferredSchema",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('schema', models.JSONField(default=dict)),
-                ('fields', models.JSONField(default=list)),
-                ('total', models.PositiveIntegerField(default=0, help_text='How many outputs it was inferred from.')),
-                ('inferred_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revision', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='inferred_schema', to='evaluators.evaluatorrevision')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("schema", models.JSONField(default=dict)),
+                ("fields", models.JSONField(default=list)),
+                (
+                    "total",
+                    models.PositiveIntegerField(
+                        default=0, help_text="How many outputs it was inferred from."
+                    ),
+                ),
+                ("inferred_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "revision",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="inferred_schema",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
             ],
         ),
     ]

@@ -26,14 +26,29 @@ RUNTIMES = ["python", "javascript", "typescript"]
 
 
 def run(runtime, code, version="2", inputs=None, outputs="Paris", trace=None, **extra):
-    parameters = {"runtime": runtime, "code": code, **({"version": version} if version else {}), **extra}
-    return evaluation_invoke(kind="code", parameters=parameters, inputs=inputs or {"correct_answer": "Paris"},
-                             outputs=outputs, trace=trace)
+    parameters = {
+        "runtime": runtime,
+        "code": code,
+        **({"version": version} if version else {}),
+        **extra,
+    }
+    return evaluation_invoke(
+        kind="code",
+        parameters=parameters,
+        inputs=inputs or {"correct_answer": "Paris"},
+        outputs=outputs,
+        trace=trace,
+    )
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_it_runs_interface_v2(runtime):
-    code = V2[runtime].replace("{RET}", "outputs === inputs.correct_answer" if runtime != "python" else "outputs == inputs['correct_answer']")
+    code = V2[runtime].replace(
+        "{RET}",
+        "outputs === inputs.correct_answer"
+        if runtime != "python"
+        else "outputs == inputs['correct_answer']",
+    )
     assert run(runtime, code).outputs == {"success": True}
 
 
@@ -52,8 +67,11 @@ def test_it_runs_legacy_v1_when_no_version_is_stored(runtime):
         ("0", "0", {"score": 0, "success": False}),
         ("'0.4'", "'0.4'", {"score": 0.4, "success": False}),
         ("'fine'", "'fine'", {"output": "fine"}),
-        ("{'score': 1, 'label': 'ok', 'nested': {'a': 2}}", "{score: 1, label: 'ok', nested: {a: 2}}",
-         {"score": 1, "label": "ok", "nested": {"a": 2}}),
+        (
+            "{'score': 1, 'label': 'ok', 'nested': {'a': 2}}",
+            "{score: 1, label: 'ok', nested: {a: 2}}",
+            {"score": 1, "label": "ok", "nested": {"a": 2}},
+        ),
     ],
 )
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -64,8 +82,14 @@ def test_it_normalises_the_same_in_every_runtime(runtime, python, js, expected):
     assert result.outputs == expected
 
 
-@pytest.mark.parametrize(("python", "js", "named"), [("None", "null", "None"), ("float('nan')", "NaN", "NaN"),
-                                                     ("float('inf')", "Infinity", "Infinity")])
+@pytest.mark.parametrize(
+    ("python", "js", "named"),
+    [
+        ("None", "null", "None"),
+        ("float('nan')", "NaN", "NaN"),
+        ("float('inf')", "Infinity", "Infinity"),
+    ],
+)
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_it_refuses_non_scores_the_same_in_every_runtime(runtime, python, js, named):
     result = run(runtime, V2[runtime].replace("{RET}", python if runtime == "python" else js))
@@ -76,7 +100,9 @@ def test_it_refuses_non_scores_the_same_in_every_runtime(runtime, python, js, na
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_it_records_an_exception_with_its_stack_trace(runtime):
-    throw = "raise ValueError('bad input')" if runtime == "python" else "throw new Error('bad input')"
+    throw = (
+        "raise ValueError('bad input')" if runtime == "python" else "throw new Error('bad input')"
+    )
     code = V2[runtime].replace("return {RET}", throw).replace("return {RET};", throw + ";")
     result = run(runtime, code)
     assert result.status == "error" and result.outputs is None
@@ -86,8 +112,14 @@ def test_it_records_an_exception_with_its_stack_trace(runtime):
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_it_captures_printed_logs_apart_from_the_result(runtime):
-    log = "print('hello from user code')" if runtime == "python" else "console.log('hello from user code')"
-    code = V2[runtime].replace("return {RET}", f"{log}\n    return True" if runtime == "python" else f"{log}; return true")
+    log = (
+        "print('hello from user code')"
+        if runtime == "python"
+        else "console.log('hello from user code')"
+    )
+    code = V2[runtime].replace(
+        "return {RET}", f"{log}\n    return True" if runtime == "python" else f"{log}; return true"
+    )
     result = run(runtime, code)
     assert result.outputs == {"success": True}
     assert "hello from user code" in result.logs
@@ -101,7 +133,11 @@ def test_it_runs_every_example_file_on_the_sample_trace():
         "trace_latency_check.py": ("python", "2", {"latency_ms": 1234.5, "success": True}),
         "trace_token_budget.py": ("python", "2", {"tokens": 51, "success": True}),
         "json_validity.py": ("python", "2", {"success": False}),
-        "multi_metric.py": ("python", "2", {"score": 1.0, "success": True, "label": "exact", "length": 5}),
+        "multi_metric.py": (
+            "python",
+            "2",
+            {"score": 1.0, "success": True, "label": "exact", "length": 5},
+        ),
         "legacy_v1_exact_match.py": ("python", "1", {"score": 1.0, "success": True}),
     }
     assert set(cases) == {p.name for p in EXAMPLES.iterdir() if p.suffix in (".py", ".js", ".ts")}
@@ -121,7 +157,12 @@ def test_it_refuses_to_save_code_with_a_syntax_error_naming_the_line(project):
 
 def test_it_refuses_code_without_an_evaluate_function(project):
     with pytest.raises(InvalidInput) as caught:
-        evaluator_create(project=project, kind="code", name="Empty", parameters={"runtime": "javascript", "code": "const x = 1;"})
+        evaluator_create(
+            project=project,
+            kind="code",
+            name="Empty",
+            parameters={"runtime": "javascript", "code": "const x = 1;"},
+        )
     assert "evaluate" in caught.value.fields["parameters.code"][0]
 
 
@@ -133,19 +174,33 @@ def test_it_starts_new_evaluators_on_interface_v2(api):
 
 
 def test_it_reads_a_stored_revision_without_version_as_v1(project):
-    evaluator = evaluator_create(project=project, kind="code", name="Old", parameters={"code": V1["python"]})
+    evaluator = evaluator_create(
+        project=project, kind="code", name="Old", parameters={"code": V1["python"]}
+    )
     legacy = evaluator.head.parameters | {}
     legacy.pop("version")
     EvaluatorRevision.objects.filter(pk=evaluator.head.pk).update(parameters=legacy)
     evaluator.head.refresh_from_db()
-    result = evaluation_invoke(revision=evaluator.head, inputs={"correct_answer": "Paris"}, outputs="Paris")
+    result = evaluation_invoke(
+        revision=evaluator.head, inputs={"correct_answer": "Paris"}, outputs="Paris"
+    )
     assert result.outputs == {"success": True}
 
 
 def test_it_runs_example_cases_when_saving(project):
     examples = [
-        {"name": "right", "inputs": {"correct_answer": "Paris"}, "outputs": "Paris", "expected": {"success": True}},
-        {"name": "wrong", "inputs": {"correct_answer": "Paris"}, "outputs": "Lyon", "expected": {"success": True}},
+        {
+            "name": "right",
+            "inputs": {"correct_answer": "Paris"},
+            "outputs": "Paris",
+            "expected": {"success": True},
+        },
+        {
+            "name": "wrong",
+            "inputs": {"correct_answer": "Paris"},
+            "outputs": "Lyon",
+            "expected": {"success": True},
+        },
     ]
     evaluator = evaluator_create(project=project, kind="code", name="Checked", examples=examples)
     report = {case["name"]: case for case in evaluator.head.examples_report}

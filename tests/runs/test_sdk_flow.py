@@ -9,13 +9,24 @@ LABELS = ["good", "bad", "good", "meh"]
 
 
 def _sdk_run(api, project):
-    make_testset(project, [{"country": c, "correct_answer": c[:3]} for c in ("France", "Germany", "Italy", "Spain")])
-    evaluator = api.post("/api/v1/evaluators", {"name": "My judge", "slug": "my-judge", "kind": "feedback"}, format="json")
+    make_testset(
+        project,
+        [{"country": c, "correct_answer": c[:3]} for c in ("France", "Germany", "Italy", "Spain")],
+    )
+    evaluator = api.post(
+        "/api/v1/evaluators",
+        {"name": "My judge", "slug": "my-judge", "kind": "feedback"},
+        format="json",
+    )
     assert evaluator.status_code == 201
     assert "outputs" not in evaluator.json()["head"]["schemas"]
     app = api.post("/api/v1/applications", {"name": "My app", "kind": "logged"}, format="json")
     assert app.status_code == 201
-    run = api.post("/api/v1/runs", {"testset": "capitals", "application": "my-app", "evaluators": ["my-judge"]}, format="json")
+    run = api.post(
+        "/api/v1/runs",
+        {"testset": "capitals", "application": "my-app", "evaluators": ["my-judge"]},
+        format="json",
+    )
     assert run.status_code == 201, run.json()
     run = run.json()
     steps = {s["type"]: s["key"] for s in run["steps"]}
@@ -24,8 +35,15 @@ def _sdk_run(api, project):
         results += [
             {"scenario": index, "step_key": steps["input"]},
             {"scenario": index, "step_key": steps["invocation"], "outputs": f"answer {index}"},
-            {"scenario": index, "step_key": steps["annotation"],
-             "outputs": {"score": 0.25 * index, "success": index % 2 == 0, "label": LABELS[index]}},
+            {
+                "scenario": index,
+                "step_key": steps["annotation"],
+                "outputs": {
+                    "score": 0.25 * index,
+                    "success": index % 2 == 0,
+                    "label": LABELS[index],
+                },
+            },
         ]
     logged = api.post(f"/api/v1/runs/{run['id']}/results", {"results": results}, format="json")
     assert logged.status_code == 201, logged.json()
@@ -48,12 +66,20 @@ def test_it_fills_columns_for_an_evaluator_without_a_schema(api, project):
 def test_it_computes_metrics_for_an_evaluator_without_a_schema(api, project):
     run, steps = _sdk_run(api, project)
     closed = api.post(f"/api/v1/runs/{run['id']}/close")
-    assert closed.status_code == 200 and closed.json()["status"] == "success" and closed.json()["closed"]
+    assert (
+        closed.status_code == 200
+        and closed.json()["status"] == "success"
+        and closed.json()["closed"]
+    )
     data = api.get(f"/api/v1/runs/{run['id']}/metrics").json()["run"][steps["annotation"]]
     assert data["score"]["mean"] == 0.375
     assert data["score"]["percentiles"]["p50"] == 0.375
     assert data["success"]["rate"] == 0.5
-    assert {f["value"]: f["count"] for f in data["label"]["frequencies"]} == {"good": 2, "bad": 1, "meh": 1}
+    assert {f["value"]: f["count"] for f in data["label"]["frequencies"]} == {
+        "good": 2,
+        "bad": 1,
+        "meh": 1,
+    }
 
 
 def test_it_finds_annotations_by_evaluator_id_and_slug(api, project):
@@ -68,7 +94,9 @@ def test_it_finds_annotations_by_evaluator_id_and_slug(api, project):
 
 
 def test_it_registers_a_feedback_evaluator_for_an_unknown_slug(api, project):
-    response = api.post("/api/v1/annotations", {"evaluator": "thumbs", "outputs": {"up": True}}, format="json")
+    response = api.post(
+        "/api/v1/annotations", {"evaluator": "thumbs", "outputs": {"up": True}}, format="json"
+    )
     assert response.status_code == 201
     assert response.json()["evaluator"]["slug"] == "thumbs"
     assert project.evaluators.get(slug="thumbs").kind == "feedback"
@@ -76,21 +104,29 @@ def test_it_registers_a_feedback_evaluator_for_an_unknown_slug(api, project):
 
 def test_it_refuses_outputs_the_schema_refuses_with_422(api, project):
     api.post("/api/v1/evaluators", {"name": "Stars", "kind": "human"}, format="json")
-    response = api.post("/api/v1/annotations", {"evaluator": "stars", "outputs": {"score": "lots"}}, format="json")
+    response = api.post(
+        "/api/v1/annotations", {"evaluator": "stars", "outputs": {"score": "lots"}}, format="json"
+    )
     assert response.status_code == 422
     assert "score" in response.json()["error"]["message"]
     assert not Annotation.objects.exists()
 
 
 def test_it_refuses_an_unknown_evaluator_id(api):
-    response = api.post("/api/v1/annotations", {"evaluator": "999999", "outputs": {"a": 1}}, format="json")
+    response = api.post(
+        "/api/v1/annotations", {"evaluator": "999999", "outputs": {"a": 1}}, format="json"
+    )
     assert response.status_code == 400
     assert "evaluator" in response.json()["error"]["fields"]
 
 
 def test_it_refuses_results_for_an_unknown_step_naming_it(api, project):
     run, _ = _sdk_run(api, project)
-    response = api.post(f"/api/v1/runs/{run['id']}/results", {"results": [{"scenario": 0, "step_key": "nope"}]}, format="json")
+    response = api.post(
+        f"/api/v1/runs/{run['id']}/results",
+        {"results": [{"scenario": 0, "step_key": "nope"}]},
+        format="json",
+    )
     assert response.status_code == 400
     assert "results.0.step_key" in response.json()["error"]["fields"]
 
@@ -98,4 +134,9 @@ def test_it_refuses_results_for_an_unknown_step_naming_it(api, project):
 def test_it_hides_runs_of_other_projects(api, outsider_api, project):
     run, _ = _sdk_run(api, project)
     assert outsider_api.get(f"/api/v1/runs/{run['id']}").status_code == 404
-    assert outsider_api.post(f"/api/v1/runs/{run['id']}/results", {"results": []}, format="json").status_code == 404
+    assert (
+        outsider_api.post(
+            f"/api/v1/runs/{run['id']}/results", {"results": []}, format="json"
+        ).status_code
+        == 404
+    )
