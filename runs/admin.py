@@ -7,6 +7,7 @@ from runs import services
 from runs.models import (
     Annotation,
     Application,
+    InferredSchema,
     OnlineRule,
     Result,
     Run,
@@ -14,6 +15,7 @@ from runs.models import (
     RunStep,
     Scenario,
     Span,
+    Testcase,
     Testset,
     TestsetVersion,
     Trace,
@@ -288,3 +290,45 @@ class OnlineRuleAdmin(admin.ModelAdmin):
                     request,
                     f"{rule}: {progress['queued']} of {progress['total']} matching traces queued.",
                 )
+
+
+@admin.register(InferredSchema)
+class InferredSchemaAdmin(ReadOnlyAdmin):
+    """The cache of schemas inferred from stored outputs (the backfill page applies them)."""
+
+    list_display = ["revision", "total", "inferred_at"]
+    search_fields = ["revision__slug"]
+    exclude = ["schema", "fields"]
+    readonly_fields = ["schema_pretty"]
+
+    @admin.display(description="Schema")
+    def schema_pretty(self, obj):
+        return pretty_json(obj.schema)
+
+
+@admin.register(Testcase)
+class TestcaseAdmin(ReadOnlyAdmin):
+    """Rows of immutable testset versions: inspect here, edit through the testset pages."""
+
+    list_display = ["version", "index"]
+    list_select_related = ["version__testset"]
+    search_fields = ["version__testset__slug"]
+    exclude = ["data"]
+    readonly_fields = ["data_pretty"]
+
+    @admin.display(description="Row")
+    def data_pretty(self, obj):
+        return pretty_json(obj.data)
+
+
+@admin.register(RunStep)
+class RunStepAdmin(ReadOnlyAdmin):
+    list_display = ["key", "run", "type", "position", "revision"]
+    list_filter = ["type"]
+    search_fields = ["key", "run__name"]
+    exclude = ["references"]
+    readonly_fields = ["references_pretty"]
+
+    @admin.display(description="References")
+    def references_pretty(self, obj):
+        return pretty_json(obj.references)
