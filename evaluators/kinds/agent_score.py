@@ -27,7 +27,6 @@ from evaluators.kinds.base import Kind, PresetSpec, Raw, register, ui
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "agents"
 COMPLETION_TOOLS = ["done", "done_tool", "finish", "final_answer"]
 PLANNING_TOOLS = ["plan", "planner", "planner_tool", "create_plan", "classification_tool"]
-NO_LAYER = "no model connection layer"
 
 
 class Parameters(AgentRunParameters):
@@ -242,8 +241,6 @@ def _goal_and_plan(
         judged = _llm_scores(parameters.connection, run.task, last, run.calls, project)
     except JudgeFailed as exc:
         return _heuristics(parameters, run, f"the judge failed: {exc}")
-    if judged is None:
-        return _heuristics(parameters, run, NO_LAYER)
     reasons = [
         f"Goal {judged['goal_completion']}: {judged['goal_reasoning']}",
         f"Plan {judged['plan_correctness']}: {judged['plan_reasoning']}",
@@ -327,20 +324,14 @@ PREVIEW = 500
 
 def _llm_scores(
     connection_ref: str, task: str, messages: list[dict], tools: list[ToolCall], project
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """Goal and plan from one structured-output call each on the project's model connection.
 
     Returns ``{"goal_completion", "goal_reasoning", "plan_correctness", "plan_reasoning"}``;
-    None when evalsite has no model connection layer to call. Raises ``JudgeFailed`` when the
-    call fails or answers something unusable.
+    raises ``JudgeFailed`` when the call fails or answers something unusable.
     """
-    try:
-        from evaluators import judge
-    except ImportError:
-        return None
-    call = getattr(judge, "structured_call", None)
-    if call is None:
-        return None
+    from evaluators.judge import structured_call as call
+
     if project is None:
         raise JudgeFailed("no project to find the model connection in")
     prompts = {
