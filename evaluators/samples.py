@@ -122,3 +122,16 @@ def sample_case(kind) -> dict[str, Any]:
     if samples:
         return samples
     return {"inputs": SAMPLE_INPUTS, "outputs": "Paris", "trace": SAMPLE_TRACE}
+
+
+# Other apps offer cases the playground can start from (the runs app: a scenario of a run).
+# evaluators never imports them; they register here (dependencies point one way).
+SAMPLE_PROVIDERS: list = []
+
+
+def sample_from_request(request, project) -> dict[str, Any] | None:
+    for provider in SAMPLE_PROVIDERS:
+        case = provider(request, project)
+        if case:
+            return case
+    return None

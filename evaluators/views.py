@@ -169,7 +169,7 @@ def _detail_context(
         "kind": kind,
         "settings_form": settings_form,
         "message_form": message_form or RevisionMessageForm(),
-        "try_form": TryForm(initial=_sample_for(kind)),
+        "try_form": TryForm(initial=_sample_for(kind, request, project)),
         "try_url": reverse("evaluator-try", args=[project.slug, evaluator.slug]),
         "revisions": revisions,
         "can_edit": request.role in ("editor", "owner"),
@@ -199,10 +199,14 @@ def _code_context(kind, revision=None, examples_form=None) -> dict:
     }
 
 
-def _sample_for(kind) -> dict:
-    from evaluators.samples import sample_case
+def _sample_for(kind, request=None, project=None) -> dict:
+    """The playground's starting case: a scenario the user came from (the drill-in's link), else
+    a realistic sample for the kind."""
+    from evaluators.samples import sample_case, sample_from_request
 
-    case = sample_case(kind)
+    case = (sample_from_request(request, project) if request is not None else None) or sample_case(
+        kind
+    )
     return {key: json.dumps(value, indent=2) for key, value in case.items()}
 
 

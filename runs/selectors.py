@@ -267,3 +267,30 @@ def scenario_page(
         ids = [row[0] for row in cursor.fetchall()]
     by_id = Scenario.objects.in_bulk(ids)
     return [by_id[i] for i in ids], total
+
+
+def scenario_case(request, project) -> dict | None:
+    """``?run=<id>&scenario=<index>``: that scenario's inputs, outputs and trace, for the
+    evaluator playground (within the request's project only)."""
+    run_id, index = request.GET.get("run", ""), request.GET.get("scenario", "")
+    if not (run_id.isdigit() and index.isdigit()):
+        return None
+    run = run_get(project=project, run_id=run_id)
+    scenario = run.scenarios.filter(index=int(index)).first() if run else None
+    if scenario is None:
+        return None
+    from runs.ingest import trace_dict
+
+    result = (
+        Result.objects.filter(scenario=scenario, repeat_idx=0, trace__isnull=False)
+        .select_related("trace")
+        .first()
+    )
+    trace = (
+        trace_dict(result.trace)
+        if result
+        else (trace_dict(scenario.trace) if scenario.trace_id else None)
+    )
+    root = next(iter(trace["spans"].values()), {}) if trace else {}
+    outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
+    return {"inputs": scenario.inputs, "outputs": outputs, "trace": trace}

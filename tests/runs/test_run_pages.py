@@ -187,3 +187,22 @@ def test_it_hides_runs_of_other_projects(outsider_client, finished_run):
 def test_it_renders_the_progress_fragment(owner_client, finished_run):
     fragment = owner_client.get(f"/p/acme/runs/{finished_run.pk}/progress", **HTMX).content.decode()
     assert fragment.strip().startswith('<section id="run-progress"') and "<html" not in fragment
+
+
+def test_it_opens_the_code_playground_prefilled_with_a_scenario(owner_client, project):
+    version = make_testset(project, CAPITALS)
+    app = application_create(
+        project=project, name="QA", kind="column", config={"outputs_column": "outputs"}
+    )
+    code = evaluator_create(project=project, kind="code", name="Custom", preset="multi_metric").head
+    run = run_execute_inline(
+        run=run_create(project=project, testset_version=version, application=app, revisions=[code])
+    )
+    drill_in = owner_client.get(f"/p/acme/runs/{run.pk}/scenarios/2/").content.decode()
+    assert f"/p/acme/evaluators/custom/?run={run.pk}&amp;scenario=2#try-panel" in drill_in
+    page = owner_client.get(f"/p/acme/evaluators/custom/?run={run.pk}&scenario=2").content.decode()
+    assert "Italy" in page and "Milan" in page and "trace_id" in page
+    outsider_run = owner_client.get(
+        "/p/acme/evaluators/custom/?run=999999&scenario=2"
+    ).content.decode()
+    assert "Italy" not in outsider_run  # no such run in this project: the usual sample instead
