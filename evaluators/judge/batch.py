@@ -347,9 +347,14 @@ def _tokens(usage: Usage) -> dict[str, int]:
 
 
 def _record(outcome: Outcome, project, name: str, model: str, price: dict | None) -> int | None:
-    """The judge trace: the root is the whole cell, one child per HTTP request."""
-    from runs.ingest import trace_record  # the one place evaluators write a trace
+    """The judge trace: the root is the whole cell, one child per HTTP request. Stored through
+    the recorder the runs app registers (``evaluators.samples``-style hook: evaluators never
+    imports runs); with none registered, the evaluation simply has no trace."""
+    from evaluators.judge import TRACE_RECORDERS
 
+    if not TRACE_RECORDERS:
+        return None
+    trace_record = TRACE_RECORDERS[0]
     usage = outcome.usage
     error = outcome.error.as_dict() if outcome.error is not None else None
     try:
