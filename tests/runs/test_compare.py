@@ -11,6 +11,7 @@ import pytest
 from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create, evaluator_revise
 from runs import compare, testsets
+from runs.annotations import scenario_annotate
 from runs.applications import application_create
 from runs.models import Application
 from runs.services import results_log, run_close, run_create, run_create_logged, run_execute_inline
@@ -182,6 +183,12 @@ def test_it_compares_engine_runs_of_the_same_testset(project):
         "both_false": 0,
     }
     assert test["p_value"] == 0.5 and test["verdict"] == "inconclusive"  # 2 flips prove little
+    # A person corrects a cell of the finished baseline: the next comparison sees it at once,
+    # although the runs' values were cached.
+    italy = runs[0].scenarios.get(index=2)
+    scenario_annotate(run=runs[0], scenario=italy, revision=exact, outputs={"success": True})
+    again = report(compared(project, *runs))["stats"]
+    assert next(s for s in again if s["metric"] == "exact.success")["runs"][0]["value"] == 0.75
 
 
 # --- statistics on constructed data ----------------------------------------------------------

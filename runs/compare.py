@@ -1,0 +1,753 @@
+"""Comparing runs of one testset: shared metrics, scenario rows aligned by testcase, and paired
+tests against a baseline (docs/compare.md).
+
+Alignment: a batch run has one scenario per testcase and the scenario's ``index`` is the
+testcase's index in its testset version. Runs of the same testset (any versions) are aligned
+on that index; scenarios without a testcase (added to a logged run by hand) are left out.
+
+Metrics are matched by evaluator slug + metric key (the column name ``exact.success``), so runs
+made with different revisions of an evaluator still compare. Only numeric and binary metrics
+are compared. Per scenario, a metric's value is the mean over the run's repeats (a binary metric
+with repeats becomes a rate and is tested as a number); a cell that errored has no value, and
+pairs with an error or a missing value on either side are left out of the tests.
+
+Per run, one SQL statement reads every compared metric of every scenario; the arrays it fills
+(numpy, indexed by testcase index) feed the cards, the tests and the row filters.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
+from django.db import connection
+
+from evalsite.errors import InvalidInput
+from evalsite.models import Project
+from runs import metrics as run_metrics
+from runs import selectors
+from runs.models import ACTIVE_RUN_STATUSES, Run, RunStep, Scenario
+
+MAX_RUNS = 10
+RESAMPLES = 2000
+SEED = 20240917  # fixed: the same runs always give the same intervals
+LEVEL = 0.95
+ALPHA = 1 - LEVEL
+Z = NormalDist().inv_cdf(1 - ALPHA / 2)
+EXACT_BELOW = 25  # McNemar: exact binomial on the discordant pairs below this many
+MULTINOMIAL_MAX_DISTINCT = 64  # bootstrap over the distinct differences: exact and cheap
+BOOTSTRAP_MAX_DRAWS = (
+    20_000_000  # resampled values; beyond, the normal limit (see paired_bootstrap)
+)
+TOLERANCE = 1e-9
+FILTERS = ("regressions", "improvements", "changed")
+
+# Metric names (last key segment) for which lower is better; anything else: higher is better.
+# An outputs schema can say so itself: {"type": "number", "x-better": "lower"}.
+LOWER_IS_BETTER = {
+    "latency",
+    "latency_ms",
+    "duration",
+    "duration_ms",
+    "tool_ms",
+    "tokens",
+    "cost",
+    "costs",
+    "abs_error",
+    "error",
+    "errors",
+    "error_count",
+    "distance",
+    "edit_distance",
+    "loss",
+    "failed_calls",
+    "retries",
+    "untimed_calls",
+    "wer",
+    "cer",
+}
+
+
+# --- which runs, which metrics -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharedMetric:
+    name: str  # "exact.success": evaluator slug + metric key
+    evaluator: str
+    key: str
+    type: str  # binary | continuous | discrete
+    higher_is_better: bool
+    steps: dict[int, str]  # run id -> step key
+    paths: dict[int, list[str]]  # run id -> path inside the annotation's outputs
+
+    @property
+    def numeric(self) -> bool:
+        return self.type != "binary"
+
+
+@dataclass
+class Comparison:
+    runs: list[Run]  # the baseline first
+    metrics: list[SharedMetric]
+    input_columns: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> Run:
+        return self.runs[0]
+
+    @property
+    def candidates(self) -> list[Run]:
+        return self.runs[1:]
+
+    @property
+    def same_version(self) -> bool:
+        return len({r.testset_version_id for r in self.runs}) == 1
+
+    def metric(self, name: str) -> SharedMetric | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    def chosen(self, name: str) -> list[SharedMetric]:
+        """One metric by name, or all of them when the name is empty or unknown."""
+        found = self.metric(name)
+        return [found] if found else self.metrics
+
+
+def run_ids_parse(values: list[str]) -> list[str]:
+    """``?runs=1,2&runs=3`` -> ["1", "2", "3"], in order, without repeats."""
+    ids: list[str] = []
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            if part and part not in ids:
+                ids.append(part)
+    return ids
+
+
+def comparison_get(
+    *, project: Project, run_ids: list[str], baseline: str | int | None = None
+) -> Comparison:
+    """The runs to compare (2 to 10 batch runs of one testset), baseline first, and the metrics
+    they share. Refuses anything else with an ``InvalidInput`` naming the problem (404 for a
+    run that is not in this project)."""
+    if any(not str(i).isdigit() for i in run_ids):
+        raise InvalidInput({"runs": ["Run ids are numbers, e.g. ?runs=12,13."]})
+    ids = [int(i) for i in run_ids]
+    if len(ids) < 2:
+        raise InvalidInput({"runs": ["Choose at least 2 runs to compare."]})
+    if len(ids) > MAX_RUNS:
+        raise InvalidInput(
+            {"runs": [f"Compare at most {MAX_RUNS} runs at once (you chose {len(ids)})."]}
+        )
+    found = {r.pk: r for r in selectors.run_list(project=project).filter(pk__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidInput(
+            {"runs": [f"No run {', '.join(map(str, missing))} in this project."]}, status=404
+        )
+    runs = [found[i] for i in ids]
+    _check_same_testset(runs)
+    base = int(baseline) if str(baseline or "").isdigit() else ids[0]
+    if base not in found:
+        raise InvalidInput({"baseline": ["The baseline must be one of the compared runs."]})
+    runs = [found[base], *(r for r in runs if r.pk != base)]
+    for run in runs:
+        run_metrics.mappings_refresh_deferred(run)
+    inputs = [m["column"]["name"] for m in runs[0].mappings if m["column"]["kind"] == "input"]
+    return Comparison(runs=runs, metrics=shared_metrics(runs), input_columns=inputs)
+
+
+def _check_same_testset(runs: list[Run]) -> None:
+    loose = [r for r in runs if r.testset_version_id is None]
+    if loose:
+        names = ", ".join(f"#{r.pk} {r.name}" for r in loose)
+        raise InvalidInput(
+            {"runs": [f"Only runs over a testset can be compared; {names} has none."]}
+        )
+    testsets: dict[int, list[Run]] = {}
+    for run in runs:
+        testsets.setdefault(run.testset_version.testset_id, []).append(run)
+    if len(testsets) > 1:
+        groups = "; ".join(
+            f"{group[0].testset_version.testset.name}: {', '.join(f'#{r.pk}' for r in group)}"
+            for group in testsets.values()
+        )
+        raise InvalidInput(
+            {
+                "runs": [
+                    "These runs use different testsets, and rows can only be aligned within one "
+                    f"testset ({groups})."
+                ]
+            }
+        )
+
+
+def comparable_runs(*, project: Project, include=(), limit: int = 100) -> list[Run]:
+    """Finished batch runs over a testset, newest first, plus the runs already chosen (by id):
+    what the compare form offers."""
+    runs = selectors.run_list(project=project).filter(
+        is_online=False, testset_version__isnull=False
+    )
+    recent = list(runs.exclude(status__in=ACTIVE_RUN_STATUSES)[:limit])
+    chosen = [int(i) for i in include if str(i).isdigit()]
+    missing = set(chosen) - {r.pk for r in recent}
+    return recent + list(runs.filter(pk__in=missing)) if missing else recent
+
+
+def shared_metrics(runs: list[Run]) -> list[SharedMetric]:
+    """Numeric and binary evaluator metrics present in every run, in the baseline's order."""
+    per_run = [_metric_mappings(run) for run in runs]
+    hints = _direction_hints(runs[0])
+    shared = []
+    for name, (step, metric_type, _) in per_run[0].items():
+        found = [m.get(name) for m in per_run]
+        if any(f is None or _family(f[1]) != _family(metric_type) for f in found):
+            continue
+        evaluator, key = name.split(".", 1)
+        types = {f[1] for f in found}
+        shared.append(
+            SharedMetric(
+                name=name,
+                evaluator=evaluator,
+                key=key,
+                type=types.pop() if len(types) == 1 else "continuous",
+                higher_is_better=higher_is_better(key, hints.get((step, key))),
+                steps={run.pk: f[0] for run, f in zip(runs, found, strict=True)},
+                paths={run.pk: f[2] for run, f in zip(runs, found, strict=True)},
+            )
+        )
+    return shared
+
+
+def _metric_mappings(run: Run) -> dict[str, tuple[str, str, list[str]]]:
+    out = {}
+    for mapping in run.mappings:
+        column = mapping["column"]
+        if column["kind"] != "annotation" or column.get("type") not in (
+            "binary",
+            "continuous",
+            "discrete",
+        ):
+            continue
+        path = mapping["step"]["path"].removeprefix(run_metrics.OUTPUTS_PREFIX + ".").split(".")
+        out.setdefault(column["name"], (mapping["step"]["key"], column["type"], path))
+    return out
+
+
+def _family(metric_type: str) -> str:
+    return "binary" if metric_type == "binary" else "numeric"
+
+
+def _direction_hints(baseline: Run) -> dict[tuple[str, str], str]:
+    """``x-better`` found in the baseline's revisions' outputs schemas, per (step, key)."""
+    hints = {}
+    steps = RunStep.objects.filter(run=baseline, type="annotation").select_related("revision")
+    for step in steps:
+        schema = step.revision.outputs_schema if step.revision else None
+        for key, prop in _properties(schema):
+            if prop.get("x-better") in ("lower", "higher"):
+                hints[(step.key, key)] = prop["x-better"]
+    return hints
+
+
+def _properties(schema: dict | None, prefix: str = ""):
+    for name, prop in ((schema or {}).get("properties") or {}).items():
+        if isinstance(prop, dict):
+            key = f"{prefix}.{name}" if prefix else name
+            yield key, prop
+            yield from _properties(prop, key)
+
+
+def higher_is_better(key: str, hint: str | None = None) -> bool:
+    if hint:
+        return hint != "lower"
+    last = key.rsplit(".", 1)[-1].lower()
+    return not (last in LOWER_IS_BETTER or last.endswith("_ms"))
+
+
+# --- values: one statement per run --------------------------------------------------------------
+
+_VALUE = (
+    "CASE jsonb_typeof(a.outputs #> %s) WHEN 'number' THEN (a.outputs #>> %s)::float8 "
+    "WHEN 'boolean' THEN (a.outputs #>> %s)::boolean::int END"
+)
+
+
+@dataclass
+class RunValues:
+    present: np.ndarray  # bool per testcase index: the run has this scenario
+    values: dict[str, np.ndarray]  # metric -> float per index, NaN without a value
+    errors: dict[str, np.ndarray]  # metric -> bool per index: errored and no value
+    binary: bool = True  # binary metrics hold 0/1 per scenario (no repeats)
+
+    def padded(self, length: int) -> RunValues:
+        extra = length - len(self.present)
+        if extra <= 0:
+            return self
+        return RunValues(
+            np.concatenate([self.present, np.zeros(extra, dtype=bool)]),
+            {k: np.concatenate([v, np.full(extra, np.nan)]) for k, v in self.values.items()},
+            {k: np.concatenate([v, np.zeros(extra, dtype=bool)]) for k, v in self.errors.items()},
+            self.binary,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.present, *self.values.values(), *self.errors.values()]
+        return sum(a.nbytes for a in arrays)
+
+
+def comparison_values(
+    comparison: Comparison, metrics: list[SharedMetric] | None = None
+) -> dict[int, RunValues]:
+    """Every scenario's value of each metric, per run, on one index axis."""
+    metrics = comparison.metrics if metrics is None else metrics
+    found = {run.pk: run_values(run, metrics) for run in comparison.runs}
+    length = max(len(v.present) for v in found.values())
+    return {pk: v.padded(length) for pk, v in found.items()}
+
+
+def run_values(run: Run, metrics: list[SharedMetric]) -> RunValues:
+    """A run's per-scenario values of these metrics: the mean over its repeats of each
+    successful cell, and whether a cell without a value errored. Read with one statement over
+    the run's results (plus its scenarios' indexes); kept in a small per-process cache while
+    the run does not change."""
+    key = (run.pk, tuple((m.name, m.steps[run.pk], tuple(m.paths[run.pk])) for m in metrics))
+    stamp = (run.status, run.progressed_at, run.finished_at, run.repeats)
+    cached = _CACHE.get(key, stamp)
+    if cached is not None:
+        return cached
+    found = _run_values_read(run, metrics)
+    if not run.is_active:
+        _CACHE.put(key, stamp, found)
+    return found
+
+
+def _run_values_read(run: Run, metrics: list[SharedMetric]) -> RunValues:
+    steps = sorted({m.steps[run.pk] for m in metrics})
+    columns, params = [], []
+    for metric in metrics:
+        path = metric.paths[run.pk]
+        columns.append(f"CASE WHEN r.step_key = %s THEN {_VALUE} END")
+        params += [metric.steps[run.pk], path, path, path]
+    # Values are parameters; the only text spliced in is this module's own SQL.
+    sql = (
+        "SELECT r.scenario_id, array_position(%s::text[], r.step_key::text), "  # noqa: S608
+        f"(r.status = 'error')::int{''.join(', ' + c for c in columns)} "
+        "FROM runs_result r LEFT JOIN runs_annotation a ON a.id = r.annotation_id "
+        "WHERE r.run_id = %s AND r.step_key = ANY(%s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, index FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL",
+            [run.pk],
+        )
+        scenarios = np.array(cursor.fetchall(), dtype=np.int64).reshape(-1, 2)
+        cursor.execute(sql, [steps, *params, run.pk, steps])
+        rows = np.array(cursor.fetchall(), dtype=float).reshape(-1, 3 + len(metrics))
+    length = int(scenarios[:, 1].max()) + 1 if len(scenarios) else 0
+    present = np.zeros(length, dtype=bool)
+    present[scenarios[:, 1]] = True
+    # Each result row's testcase index, through its scenario id; rows of other scenarios go.
+    order = np.argsort(scenarios[:, 0])
+    ids, indexes = scenarios[order, 0], scenarios[order, 1]
+    at = np.searchsorted(ids, rows[:, 0]).clip(max=max(len(ids) - 1, 0))
+    mine = (ids[at] == rows[:, 0]) if len(ids) else np.zeros(len(rows), dtype=bool)
+    rows, index = rows[mine], indexes[at[mine]]
+    values, errors = {}, {}
+    for i, metric in enumerate(metrics):
+        column = rows[:, 3 + i]
+        valued = ~np.isnan(column)
+        counts = np.bincount(index[valued], minlength=length)
+        sums = np.bincount(index[valued], weights=column[valued], minlength=length)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        step = steps.index(metric.steps[run.pk]) + 1
+        failed = (rows[:, 1] == step) & (rows[:, 2] == 1)
+        errored = np.bincount(index[failed], minlength=length) > 0
+        values[metric.name], errors[metric.name] = value, errored & np.isnan(value)
+    return RunValues(present, values, errors, binary=run.repeats == 1)
+
+
+class _ValuesCache:
+    """Per-process LRU of runs' value arrays, bounded in bytes and in age: a finished run's
+    values change only when its results do (which moves ``progressed_at``, part of the stamp)."""
+
+    def __init__(self, max_bytes: int = 64 * 2**20, max_age: float = 600.0):
+        self.max_bytes, self.max_age = max_bytes, max_age
+        self.entries: OrderedDict[tuple, tuple[tuple, float, RunValues]] = OrderedDict()
+        self.lock = threading.Lock()  # threaded servers share the process
+
+    def get(self, key: tuple, stamp: tuple) -> RunValues | None:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is None or entry[0] != stamp or time.monotonic() - entry[1] > self.max_age:
+                return None
+            self.entries.move_to_end(key)
+            return entry[2]
+
+    def put(self, key: tuple, stamp: tuple, values: RunValues) -> None:
+        with self.lock:
+            self.entries[key] = (stamp, time.monotonic(), values)
+            self.entries.move_to_end(key)
+            while sum(e[2].nbytes for e in self.entries.values()) > self.max_bytes:
+                self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+_CACHE = _ValuesCache()
+
+
+# --- paired statistics (pure functions) -----------------------------------------------------------
+
+
+def paired_bootstrap(diffs: np.ndarray, *, resamples: int = RESAMPLES, seed: int = SEED) -> dict:
+    """Mean of the paired differences and its 95 % percentile-bootstrap interval.
+
+    The resampled means come from ``resamples`` resamples of the n differences, seeded. When
+    the differences take few distinct values (binary rates, integer scores) a resample is a
+    multinomial draw over those values, which is the same bootstrap at a fraction of the cost.
+    Beyond ``BOOTSTRAP_MAX_DRAWS`` resampled values of a continuous metric (n > 10,000), the
+    bootstrap distribution of a mean is normal to within O(1/sqrt(n)) and we use that limit:
+    mean +- z * sd / sqrt(n), with the plug-in sd the bootstrap itself would use.
+    """
+    n = len(diffs)
+    if n == 0:
+        return {"mean": None, "ci": None, "method": "bootstrap", "resamples": 0}
+    mean = float(diffs.mean())
+    values, counts = np.unique(np.round(diffs, 12), return_counts=True)
+    rng = np.random.default_rng(seed)
+    if len(values) == 1:
+        return {"mean": mean, "ci": [mean, mean], "method": "bootstrap", "resamples": resamples}
+    if len(values) <= MULTINOMIAL_MAX_DISTINCT:
+        means = rng.multinomial(n, counts / n, size=resamples) @ values / n
+    elif n * resamples <= BOOTSTRAP_MAX_DRAWS:
+        chunk = max(1, 2_000_000 // n)
+        means = np.concatenate(
+            [
+                diffs[rng.integers(0, n, size=(min(chunk, resamples - i), n))].mean(axis=1)
+                for i in range(0, resamples, chunk)
+            ]
+        )
+    else:
+        half = Z * float(diffs.std()) / math.sqrt(n)
+        return {"mean": mean, "ci": [mean - half, mean + half], "method": "normal", "resamples": 0}
+    low, high = np.quantile(means, [ALPHA / 2, 1 - ALPHA / 2])
+    return {
+        "mean": mean,
+        "ci": [float(low), float(high)],
+        "method": "bootstrap",
+        "resamples": resamples,
+    }
+
+
+def binomial_two_sided(k: int, n: int) -> float:
+    """Exact two-sided p-value of k (or fewer) successes out of n at p = 1/2."""
+    if n == 0:
+        return 1.0
+    k = min(k, n - k)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def sign_test(diffs: np.ndarray) -> dict:
+    """Two-sided sign test on the non-zero differences (exact up to 1,000, then normal with a
+    continuity correction)."""
+    up = int((diffs > TOLERANCE).sum())
+    down = int((diffs < -TOLERANCE).sum())
+    n = up + down
+    if n <= 1000:
+        p = binomial_two_sided(min(up, down), n)
+    else:
+        p = math.erfc(max(abs(up - down) - 1, 0) / math.sqrt(n) / math.sqrt(2))
+    return {"up": up, "down": down, "p_value": p}
+
+
+def mcnemar(b: int, c: int) -> dict:
+    """McNemar's test on the discordant pairs: b = true -> false, c = false -> true. Exact
+    binomial below 25 discordant pairs, else chi-square (1 df) with continuity correction."""
+    n = b + c
+    if n < EXACT_BELOW:
+        return {"p_value": binomial_two_sided(min(b, c), n), "method": "exact binomial"}
+    statistic = max(abs(b - c) - 1, 0) ** 2 / n
+    return {
+        "p_value": math.erfc(math.sqrt(statistic / 2)),
+        "statistic": statistic,
+        "method": "chi-square, continuity-corrected",
+    }
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denominator = 1 + Z**2 / n
+    centre = (p + Z**2 / (2 * n)) / denominator
+    half = Z * math.sqrt(p * (1 - p) / n + Z**2 / (4 * n * n)) / denominator
+    return centre - half, centre + half
+
+
+def paired_rate_ci(a: int, b: int, c: int, d: int) -> list[float] | None:
+    """95 % interval of (candidate rate - baseline rate) for paired binary outcomes: Newcombe's
+    square-and-add interval from two Wilson intervals, with the correlation of the pairs
+    (Newcombe 1998, method 10). a: true in both, b: true -> false, c: false -> true, d: false in
+    both."""
+    n = a + b + c + d
+    if n == 0:
+        return None
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson(a + b, n)
+    l2, u2 = wilson(a + c, n)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    cross = a * d - b * c
+    if margins == 0 or 0 <= cross <= n / 2:
+        phi = 0.0
+    else:
+        phi = (cross - n / 2 if cross > 0 else cross) / math.sqrt(margins)
+    diff = p2 - p1
+    below = math.sqrt(max((p2 - l2) ** 2 + (u1 - p1) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1), 0))
+    above = math.sqrt(max((u2 - p2) ** 2 + (p1 - l1) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1), 0))
+    return [max(-1.0, diff - below), min(1.0, diff + above)]
+
+
+def paired_test(
+    baseline: np.ndarray, candidate: np.ndarray, *, binary: bool, higher_is_better: bool = True
+) -> dict:
+    """The paired test of one metric between two runs over the pairs both valued."""
+    if binary:
+        base, cand = baseline.astype(bool), candidate.astype(bool)
+        a = int((base & cand).sum())
+        b = int((base & ~cand).sum())
+        c = int((~base & cand).sum())
+        d = int((~base & ~cand).sum())
+        n = a + b + c + d
+        test = mcnemar(b, c)
+        result = {
+            "test": "mcnemar",
+            "method": test["method"],
+            "n": n,
+            "difference": (c - b) / n if n else None,
+            "ci": paired_rate_ci(a, b, c, d),
+            "p_value": test["p_value"],
+            "table": {"both_true": a, "true_to_false": b, "false_to_true": c, "both_false": d},
+        }
+        significant = test["p_value"] < ALPHA and b != c
+        sign = (c > b) - (c < b)
+    else:
+        diffs = candidate - baseline
+        boot = paired_bootstrap(diffs)
+        signs = sign_test(diffs)
+        result = {
+            "test": "paired bootstrap",
+            "method": boot["method"],
+            "resamples": boot["resamples"],
+            "n": len(diffs),
+            "difference": boot["mean"],
+            "ci": boot["ci"],
+            "p_value": signs["p_value"],
+            "sign_test": signs,
+        }
+        ci = boot["ci"]
+        significant = ci is not None and (ci[0] > 0 or ci[1] < 0)
+        sign = 0 if ci is None else (ci[0] > 0) - (ci[1] < 0)
+    if not higher_is_better:
+        sign = -sign
+    result["verdict"] = (
+        "inconclusive" if not significant or sign == 0 else ("better" if sign > 0 else "worse")
+    )
+    return result
+
+
+# --- the report: cards with tests, and aligned rows ------------------------------------------------
+
+
+def comparison_stats(comparison: Comparison, values: dict[int, RunValues]) -> list[dict]:
+    """Per shared metric with data: each run's summary (mean or rate, count, errors) and, for
+    each candidate, the paired test against the baseline with how many pairs it used."""
+    base = comparison.baseline
+    out = []
+    for metric in comparison.metrics:
+        summaries = []
+        for run in comparison.runs:
+            v = values[run.pk]
+            column = v.values[metric.name]
+            valued = ~np.isnan(column)
+            summaries.append(
+                {
+                    "run": run.pk,
+                    "value": float(column[valued].mean()) if valued.any() else None,
+                    "count": int(valued.sum()),
+                    "errors": int(v.errors[metric.name].sum()),
+                }
+            )
+        if not any(s["count"] or s["errors"] for s in summaries):
+            continue  # a key no run has a value or an error for: nothing to show
+        tests = []
+        b_values = values[base.pk].values[metric.name]
+        b_errors = values[base.pk].errors[metric.name]
+        for run in comparison.candidates:
+            c_values = values[run.pk].values[metric.name]
+            c_errors = values[run.pk].errors[metric.name]
+            both = ~np.isnan(b_values) & ~np.isnan(c_values)
+            either_present = values[base.pk].present & values[run.pk].present
+            errored = either_present & ~both & (b_errors | c_errors)
+            binary = not metric.numeric and values[base.pk].binary and values[run.pk].binary
+            test = paired_test(
+                b_values[both],
+                c_values[both],
+                binary=binary,
+                higher_is_better=metric.higher_is_better,
+            )
+            test |= {
+                "run": run.pk,
+                "excluded": {
+                    "errors": int(errored.sum()),
+                    "missing": int((either_present & ~both).sum()) - int(errored.sum()),
+                },
+            }
+            tests.append(test)
+        out.append(
+            {
+                "metric": metric.name,
+                "evaluator": metric.evaluator,
+                "key": metric.key,
+                "type": metric.type,
+                "higher_is_better": metric.higher_is_better,
+                "runs": summaries,
+                "tests": tests,
+            }
+        )
+    return out
+
+
+def aligned_indexes(
+    comparison: Comparison,
+    values: dict[int, RunValues],
+    *,
+    metrics: list[SharedMetric],
+    show: str = "",
+) -> np.ndarray:
+    """Testcase indexes in order, kept by ``show``: ``regressions`` / ``improvements`` (some
+    candidate's value moved against / along the metric's direction from the baseline's) or
+    ``changed`` (a value differs, or one side errored where the other has a value)."""
+    present = np.logical_or.reduce([v.present for v in values.values()])
+    if show not in FILTERS:
+        return np.flatnonzero(present)
+    base = values[comparison.baseline.pk]
+    keep = np.zeros_like(present)
+    for metric in metrics:
+        b = base.values[metric.name]
+        for run in comparison.candidates:
+            c = values[run.pk].values[metric.name]
+            with np.errstate(invalid="ignore"):
+                diff = (c - b) * (1 if metric.higher_is_better else -1)
+            if show == "regressions":
+                keep |= diff < -TOLERANCE
+            elif show == "improvements":
+                keep |= diff > TOLERANCE
+            else:
+                c_errors = values[run.pk].errors[metric.name]
+                flipped = (base.errors[metric.name] & ~np.isnan(c)) | (c_errors & ~np.isnan(b))
+                keep |= (np.abs(diff) > TOLERANCE) | flipped
+    return np.flatnonzero(keep & present)
+
+
+def aligned_rows(
+    comparison: Comparison,
+    values: dict[int, RunValues],
+    indexes: np.ndarray | list[int],
+    *,
+    metrics: list[SharedMetric],
+) -> list[dict]:
+    """The rows at these testcase indexes: the inputs, and per run its outputs, each metric's
+    value or error, and the delta from the baseline (candidate - baseline)."""
+    indexes = [int(i) for i in indexes]
+    details = {}
+    for run in comparison.runs:
+        scenarios = list(Scenario.objects.filter(run=run, index__in=indexes))
+        details[run.pk] = {r["scenario"].index: r for r in selectors.scenario_rows(run, scenarios)}
+    outputs = {run.pk: _outputs_column(run) for run in comparison.runs}
+    base = comparison.baseline.pk
+    rows = []
+    for index in indexes:
+        cells = []
+        for run in comparison.runs:
+            v = values[run.pk]
+            row = details[run.pk].get(index)
+            cell = {"run": run.pk, "present": row is not None, "values": {}, "errors": {}}
+            if row is not None:
+                cell["status"] = row["scenario"].status
+                cell["outputs"] = row["values"].get(outputs[run.pk])
+            for metric in metrics:
+                value = _value(v, metric, index)
+                if value is not None:
+                    cell["values"][metric.name] = value
+                elif v.errors[metric.name][index]:
+                    error = (row or {}).get("errors", {}).get(metric.name)
+                    cell["errors"][metric.name] = error or {"code": "error", "message": ""}
+            if run.pk != base:
+                deltas = {m.name: _delta(values[base], v, m, index) for m in metrics}
+                cell["deltas"] = {k: d for k, d in deltas.items() if d is not None}
+            cells.append(cell)
+        first = next(
+            (details[r.pk][index] for r in comparison.runs if index in details[r.pk]), None
+        )
+        inputs = {c: first["values"].get(c) for c in comparison.input_columns} if first else {}
+        rows.append({"index": index, "inputs": inputs, "runs": cells})
+    return rows
+
+
+def _outputs_column(run: Run) -> str | None:
+    return next(
+        (m["column"]["name"] for m in run.mappings if m["column"]["kind"] == "outputs"), None
+    )
+
+
+def _value(v: RunValues, metric: SharedMetric, index: int) -> float | bool | None:
+    value = v.values[metric.name][index]
+    if np.isnan(value):
+        return None
+    if not metric.numeric and v.binary:
+        return bool(value)
+    return float(value)
+
+
+def _delta(base: RunValues, v: RunValues, metric: SharedMetric, index: int) -> float | None:
+    b, c = base.values[metric.name][index], v.values[metric.name][index]
+    if np.isnan(b) or np.isnan(c):
+        return None
+    return round(float(c - b), 12)  # 0.6 - 0.9 is -0.3, not -0.30000000000000004
+
+
+def comparison_report(
+    comparison: Comparison,
+    *,
+    metric: str = "",
+    show: str = "",
+    offset: int = 0,
+    limit: int = 50,
+    stats: bool = True,
+) -> dict:
+    """What the page and the API show: the statistics (unless ``stats`` is false) and one page
+    of aligned rows, for one metric or all shared ones."""
+    chosen = comparison.chosen(metric)
+    values = comparison_values(comparison)  # every metric: one read serves every view
+    indexes = aligned_indexes(comparison, values, metrics=chosen, show=show)
+    limit = max(limit, 1)
+    if offset >= len(indexes):  # past the end: the last page
+        offset = max(len(indexes) - 1, 0) // limit * limit
+    return {
+        "metrics": chosen,
+        "stats": comparison_stats(comparison, values) if stats else [],
+        "total": len(indexes),
+        "offset": offset,
+        "rows": aligned_rows(comparison, values, indexes[offset : offset + limit], metrics=chosen),
+    }
