@@ -28,6 +28,7 @@ def structured_call(**kwargs: Any) -> dict[str, Any]:
 
     return call(**kwargs)
 
+
 # The runs app registers its trace recorder here (runs.ingest.trace_record), so judge calls are
 # traced without evaluators importing runs.
 TRACE_RECORDERS: list = []

@@ -222,6 +222,16 @@ def _table_columns(run: Run, params, query: selectors.TableQuery) -> list[dict]:
     return columns
 
 
+def _with_cells(rows: list[dict], columns: list[dict]) -> list[dict]:
+    """Each row's visible cells, ready to print: an error, a boolean, text, or nothing yet."""
+    from evalsite.templatetags.evalsite_tags import cell_value
+
+    visible = [c["name"] for c in columns if c["visible"]]
+    for row in rows:
+        row["cells"] = [cell_value(row, name) for name in visible]
+    return rows
+
+
 @project_view()
 def run_detail(request, project, run_id):
     run = _run_or_404(project, run_id)
@@ -244,7 +254,7 @@ def run_detail(request, project, run_id):
         "columns": columns,
         "visible_columns": [c for c in columns if c["visible"]],
         "metric_columns": [c for c in columns if c["kind"] == "annotation"],
-        "rows": selectors.scenario_rows(run, scenarios),
+        "rows": _with_cells(selectors.scenario_rows(run, scenarios), columns),
         "page": page,
         "total": total,
         "can_edit": request.role in ("editor", "owner"),

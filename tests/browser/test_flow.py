@@ -98,3 +98,20 @@ def test_it_walks_the_whole_flow(logged_in, shoot, tmp_path):
     assert annotation.outputs == {"success": True} and annotation.origin == "human"
     assert annotation.history[0]["outputs"] == {"success": False}
     shoot(page, "annotated")
+
+    # A second run on the same testset, then compare the two.
+    _start_run(page, "outputs_v2", "Capitals v2")
+    v2 = Run.objects.get(name="Capitals v2")
+    page.goto(f"/p/acme/runs/compare?runs={run.pk},{v2.pk}&baseline={run.pk}")
+    page.wait_for_selector("text=vs baseline")
+    assert "better" in page.content() or "inconclusive" in page.content()
+    shoot(page, "compare")
+
+    # Export the first run's failed scenarios as CSV: the filters apply to the export.
+    page.goto(f"/p/acme/runs/{run.pk}/?failed=1")
+    with page.expect_download() as download:
+        page.click("text=Export CSV")
+    text = open(download.value.path(), encoding="utf-8").read()
+    header, *lines = text.strip().splitlines()
+    assert "country" in header and len(lines) == 1  # only Spain still fails after the correction
+    assert "Spain" in lines[0]
