@@ -4,6 +4,8 @@ judgement by hand, compare two runs, and export CSV."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runs.models import Annotation, Run
@@ -111,7 +113,7 @@ def test_it_walks_the_whole_flow(logged_in, shoot, tmp_path):
     page.goto(f"/p/acme/runs/{run.pk}/?failed=1")
     with page.expect_download() as download:
         page.click("text=Export CSV")
-    text = open(download.value.path(), encoding="utf-8").read()
+    text = Path(download.value.path()).read_text(encoding="utf-8")
     header, *lines = text.strip().splitlines()
     assert "country" in header and len(lines) == 1  # only Spain still fails after the correction
     assert "Spain" in lines[0]
