@@ -206,3 +206,27 @@ def test_it_opens_the_code_playground_prefilled_with_a_scenario(owner_client, pr
         "/p/acme/evaluators/custom/?run=999999&scenario=2"
     ).content.decode()
     assert "Italy" not in outsider_run  # no such run in this project: the usual sample instead
+
+
+def test_it_shows_an_agents_trajectory_beside_its_scores(owner_client, project):
+    import json
+    from pathlib import Path
+
+    case = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "examples/agents/retries_and_failure.json"
+        ).read_text()
+    )
+    version = make_testset(project, [{**case["inputs"], "outputs": case["outputs"]}], slug="agents")
+    app = application_create(
+        project=project, name="Agent", kind="column", config={"outputs_column": "outputs"}
+    )
+    scorer = evaluator_create(project=project, kind="agent_score", name="Agent score").head
+    run = run_execute_inline(
+        run=run_create(
+            project=project, testset_version=version, application=app, revisions=[scorer]
+        )
+    )
+    page = owner_client.get(f"/p/acme/runs/{run.pk}/scenarios/0/").content.decode()
+    assert 'class="table trajectory"' in page
+    assert "get_forecast" in page and ">retry<" in page and "badge-error" in page
