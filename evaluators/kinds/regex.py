@@ -1,4 +1,8 @@
-"""Regex: the output matches (or must not match) a regular expression."""
+"""Regex: the output matches (or must not match) a regular expression.
+
+Matching uses the ``regex`` library (a superset of Python's ``re``) for its timeout: a pattern
+that backtracks catastrophically ends as an error instead of holding a worker.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,11 @@ import json
 import re
 from typing import Any
 
+import regex
 from pydantic import Field, field_validator
 
 from evaluators.kinds.base import SUCCESS_ONLY, Kind, KindParameters, PresetSpec, register, ui
+from evaluators.normalize import EvaluationError
 
 
 class Parameters(KindParameters):
@@ -21,21 +27,37 @@ class Parameters(KindParameters):
         True, description="Succeed when it matches; off: succeed when it does not."
     )
     case_sensitive: bool = Field(True, json_schema_extra=ui(advanced=True))
+    timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        description="Longest a match may take.",
+        json_schema_extra=ui(advanced=True),
+    )
 
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, pattern: str) -> str:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)
+        except regex.error as exc:
             raise ValueError(f"not a valid regular expression: {exc}")
         return pattern
 
 
 def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> bool:
     text = outputs if isinstance(outputs, str) else json.dumps(outputs)
-    flags = 0 if parameters.case_sensitive else re.IGNORECASE
-    found = re.search(parameters.pattern, text, flags) is not None
+    flags = 0 if parameters.case_sensitive else regex.IGNORECASE
+    try:
+        found = (
+            regex.search(parameters.pattern, text, flags, timeout=parameters.timeout_s) is not None
+        )
+    except TimeoutError:
+        raise EvaluationError(
+            f"The pattern took longer than {parameters.timeout_s:g} s on this output "
+            "(catastrophic backtracking?); simplify it or raise timeout_s.",
+            code="regex_timeout",
+        )
     return found == parameters.should_match
 
 

@@ -54,3 +54,17 @@ def test_it_has_presets_that_work():
     assert run("alpha then BETA", **presets["contains_all"]).outputs == {"success": True}
     assert run("beta only", **presets["contains_all"]).outputs == {"success": False}
     assert run("I apologise.", **presets["no_apology"]).outputs == {"success": False}
+
+
+def test_it_stops_a_catastrophically_backtracking_pattern_as_an_error():
+    from evaluators.services import evaluation_invoke
+
+    result = evaluation_invoke(
+        kind="regex",
+        parameters={"pattern": "(a|aa)+$", "timeout_s": 0.2},
+        inputs={},
+        outputs="a" * 60 + "b",
+    )
+    assert result.status == "error"
+    assert result.error["code"] == "regex_timeout"
+    assert result.outputs is None

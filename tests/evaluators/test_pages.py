@@ -40,6 +40,7 @@ def test_it_offers_kinds_then_presets_then_creates(owner_client, project):
         "pattern": "^A",
         "should_match": True,
         "case_sensitive": True,
+        "timeout_s": 1.0,
     }
 
 

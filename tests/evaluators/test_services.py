@@ -90,7 +90,12 @@ def test_it_merges_a_partial_edit(project):
     revision = evaluator_revise(
         evaluator=evaluator, parameters={"should_match": False}, partial=True
     )
-    assert revision.parameters == {"pattern": "a", "case_sensitive": False, "should_match": False}
+    assert revision.parameters == {
+        "pattern": "a",
+        "case_sensitive": False,
+        "should_match": False,
+        "timeout_s": 1.0,
+    }
 
 
 def test_it_makes_no_revision_when_nothing_changed(project):
