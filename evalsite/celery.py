@@ -1,7 +1,8 @@
 """The Celery app. Configuration lives in settings.py under CELERY_*; queues are declared here.
 
 One queue per kind of work, so each can get its own worker pool and concurrency:
-``runs`` (orchestration), ``code`` (sandboxed code evaluations), ``llm`` (judge calls),
+``runs`` (orchestration and chunk evaluation, judge calls included), ``code`` (sandboxed code
+evaluations sent by the celery code runner), ``llm`` (declared for judge calls; no tasks yet),
 ``ingest`` (trace ingestion and online rules) and ``default``.
 Start a worker for all of them:  uv run celery -A evalsite worker -l info -Q default,runs,code,llm,ingest
 """
