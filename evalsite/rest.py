@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError
 from django.http import Http404
 from rest_framework import exceptions, pagination
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -27,8 +28,14 @@ def exception_handler(exc, context):
         status = exc.status
         exc = exceptions.ValidationError(exc.fields)
         exc.status_code = status  # 422 for well-formed data the evaluator's schema refuses
-    elif isinstance(exc, Http404):
+    elif isinstance(exc, Http404 | ObjectDoesNotExist):
+        # ObjectDoesNotExist: the row vanished between the lookup and the service (a
+        # concurrent delete); to the caller it is simply not there.
         exc = exceptions.NotFound()
+    elif isinstance(exc, DataError):
+        # Values PostgreSQL cannot store or compare (a NUL character, a number out of range).
+        message = "A value in this request cannot be stored or searched (e.g. it contains a NUL character)."
+        exc = exceptions.ValidationError({"non_field_errors": [message]})
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, IntegrityError):

@@ -156,6 +156,8 @@ def evaluator_revise(
     if parameters is None and outputs_schema is None and examples is None:
         return None
     kind_obj = kind_resolve(evaluator.kind)
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidInput({"parameters": ["must be a JSON object"]})
     values = dict(head.parameters) if (partial and head) else {}
     values.update(parameters if parameters is not None else (head.parameters if head else {}))
     parsed = parameters_validate(kind_obj, values)

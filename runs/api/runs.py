@@ -204,6 +204,15 @@ class AnnotationCreateSerializer(serializers.Serializer):
 # --- helpers ------------------------------------------------------------------------------------
 
 
+def _whole(request, name: str, default: int) -> int:
+    raw = request.query_params.get(name, "")
+    if raw == "":
+        return default
+    if not raw.isdigit():
+        raise InvalidInput({name: ["must be a whole number (0 or more)"]})
+    return int(raw)
+
+
 def _run_or_404(request, run_id) -> Run:
     run = selectors.run_get(project=request.project, run_id=run_id)
     if run is None:
@@ -425,8 +434,8 @@ def run_scenarios(request, run_id):
         added = services.scenarios_add(run=run, rows=body.validated_data["scenarios"])
         return Response({"indexes": [s.index for s in added]}, status=status.HTTP_201_CREATED)
     metrics.mappings_refresh_deferred(run)
-    limit = min(int(request.query_params.get("limit", 50) or 50), 500)
-    offset = max(int(request.query_params.get("offset", 0) or 0), 0)
+    limit = min(_whole(request, "limit", 50), 500) or 50
+    offset = _whole(request, "offset", 0)
     scenarios = list(run.scenarios.order_by("index")[offset : offset + limit])
     rows = selectors.scenario_rows(run, scenarios)
     return Response(

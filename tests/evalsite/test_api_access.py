@@ -133,3 +133,21 @@ def test_it_answers_invalid_json_with_a_400(api):
     response = api.post("/api/v1/evaluators", "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "parse_error"
+
+
+def test_it_answers_a_nul_character_in_a_filter_with_a_400(api):
+    response = api.get("/api/v1/annotations?trace_id=%00abc")
+    assert response.status_code == 400
+    assert "NUL" in response.json()["error"]["message"]
+
+
+def test_it_answers_a_row_deleted_under_a_request_with_a_404(api, project):
+    from django.http import HttpRequest
+    from rest_framework.request import Request
+
+    from evalsite.rest import exception_handler
+    from evaluators.models import Evaluator
+
+    response = exception_handler(Evaluator.DoesNotExist(), {"request": Request(HttpRequest())})
+    assert response.status_code == 404
+    assert response.data["error"]["code"] == "not_found"

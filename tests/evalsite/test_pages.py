@@ -80,3 +80,9 @@ def test_it_switches_project_with_a_plain_get(owner_client):
     response = owner_client.get("/projects/go?project=acme")
     assert response.status_code == 302
     assert response.url == "/p/acme/"
+
+
+def test_it_answers_a_nul_character_in_a_search_with_a_400_page(owner_client, project):
+    response = owner_client.get("/p/acme/evaluators/?q=%00x")
+    assert response.status_code == 400
+    assert "NUL character" in response.content.decode()

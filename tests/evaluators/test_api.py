@@ -163,3 +163,13 @@ def test_it_refuses_inputs_that_are_not_an_object(api):
     )
     assert response.status_code == 400
     assert "inputs" in response.json()["error"]["fields"]
+
+
+def test_it_refuses_parameters_that_are_not_an_object_and_saves_nothing(api, project):
+    evaluator_create(project=project, kind="regex", name="R", parameters={"pattern": "a"})
+    response = api.patch(
+        "/api/v1/evaluators/r", {"name": "Renamed", "parameters": 0}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["parameters"] == ["must be a JSON object"]
+    assert project.evaluators.get().name == "R"  # nothing saved half-way

@@ -140,3 +140,10 @@ def test_it_hides_runs_of_other_projects(api, outsider_api, project):
         ).status_code
         == 404
     )
+
+
+def test_it_names_a_malformed_paging_parameter(api, project):
+    run, _ = _sdk_run(api, project)
+    response = api.get(f"/api/v1/runs/{run['id']}/scenarios?offset=null")
+    assert response.status_code == 400
+    assert "offset" in response.json()["error"]["fields"]
