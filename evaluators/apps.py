@@ -31,7 +31,7 @@ def report_code_runner() -> None:
         # The sandbox is the code workers' business; each one checks its own when it starts.
         logger.info("Code evaluators run on Celery workers consuming the 'code' queue.")
         return
-    status = sandbox_status()
+    status = sandbox_status(probe=False)  # files only: no jailed worker at every start-up
     if not status.get("available"):
         logger.error(
             "Code evaluators cannot run: the %s runner is unavailable: %s. Every code evaluation "

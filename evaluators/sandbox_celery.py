@@ -62,7 +62,8 @@ class CeleryRunner:
         work_s = config.start_timeout_s + CHECK_TIMEOUT_S + 5
         return self._call(code_check, {"runtime": runtime, "code": code}, work_s)
 
-    def status(self, config: Config) -> dict[str, Any]:
+    def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]:
+        # Asking a worker is the only check there is; ``probe`` does not apply here.
         now = time.monotonic()
         if self._status is None or now - self._status[0] > self.status_ttl_s:
             self._status = (now, self._remote_status())

@@ -1027,7 +1027,19 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
     """The trace as evaluators receive it (DOMAIN.md): root spans keyed by span id, each with
     its children nested. One query. Spans whose parent never arrived are roots, after the
     real root; their ``parent_id`` still names the missing parent."""
-    spans = Span.objects.filter(trace_id=trace.pk).order_by()
+    return trace_dicts([trace])[trace.pk]
+
+
+def trace_dicts(traces: Iterable[Trace]) -> dict[int, dict[str, Any]]:
+    """``trace_dict`` of many traces, by trace pk, in one query for all their spans."""
+    traces = list(traces)
+    spans_of: dict[int, list[Span]] = defaultdict(list)
+    for span in Span.objects.filter(trace_id__in=[t.pk for t in traces]).order_by():
+        spans_of[span.trace_id].append(span)
+    return {t.pk: {"trace_id": t.trace_id, "spans": _nested(spans_of[t.pk])} for t in traces}
+
+
+def _nested(spans: list[Span]) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     roots: dict[str, Any] = {}
     for span, parent in _tree(spans):
@@ -1045,7 +1057,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         }
         siblings = roots if parent is None else nodes[parent.span_id]["children"]
         siblings[span.span_id] = node
-    return {"trace_id": trace.trace_id, "spans": roots}
+    return roots
 
 
 def trace_list(

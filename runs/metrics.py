@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
+from runs.selectors import dig
 
 PERCENTILES = (5, 25, 50, 75, 90, 95, 99)
 HISTOGRAM_BINS = 10
@@ -190,7 +191,7 @@ def schema_infer(*, revision_id: int) -> dict[str, Any]:
         agree = field["types"].get("number" if kind in ("number", "integer") else kind, 0)
         if isinstance(prop.get("type"), list):
             agree += field["types"].get("null", 0)
-        examples = [_dig(sample, path) for sample in samples]
+        examples = [dig(sample, list(path)) for sample in samples]
         fields.append(
             {
                 "path": ".".join(path),
@@ -202,14 +203,6 @@ def schema_infer(*, revision_id: int) -> dict[str, Any]:
             }
         )
     return {"schema": schema, "total": total, "fields": fields}
-
-
-def _dig(value: Any, path: tuple) -> Any:
-    for part in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
 
 
 def _prop_for(field: dict, total: int) -> dict | None:

@@ -254,6 +254,7 @@ class Cell:
     error: dict | None = None
     duration_ms: float | None = None
     revision: EvaluatorRevision | None = None
+    invocation_trace: Any = None  # a stored invocation's Trace: what an annotation links to
 
 
 def scenarios_process(*, run_id: int, first: int, last: int) -> int:
@@ -308,10 +309,14 @@ def _compute_cells(run, steps, scenarios, existing) -> list[Cell]:
 
 def _invocations(
     run, step, scenarios, existing, repeat, cells
-) -> dict[int, tuple[Any, dict | None, bool]]:
-    """Per scenario id: (outputs, trace dict, ok). Reuses stored invocations, makes missing ones."""
-    found: dict[int, tuple[Any, dict | None, bool]] = {}
+) -> dict[int, tuple[Any, dict | None, bool, Any]]:
+    """Per scenario id: (outputs, trace dict, ok, stored trace). Reuses stored invocations (their
+    traces read in one query), makes missing ones."""
+    from runs.ingest import trace_dicts
+
+    found: dict[int, tuple[Any, dict | None, bool, Any]] = {}
     missing: list[Scenario] = []
+    stored: dict[int, Result] = {}
     for scenario in scenarios:
         result = existing.get((scenario.pk, step.key, repeat)) if step else None
         if (
@@ -319,21 +324,22 @@ def _invocations(
             and result.status == ResultStatus.SUCCESS
             and result.trace is not None
         ):
-            from runs.ingest import trace_dict
-
-            data = trace_dict(result.trace)
-            root = next(iter(data["spans"].values()), {})
-            outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
-            found[scenario.pk] = (outputs, data, True)
+            stored[scenario.pk] = result
         elif result is not None:
-            found[scenario.pk] = (None, None, False)
+            found[scenario.pk] = (None, None, False, None)
         else:
             missing.append(scenario)
+    dicts = trace_dicts(r.trace for r in stored.values())
+    for scenario_id, result in stored.items():
+        data = dicts[result.trace_id]
+        root = next(iter(data["spans"].values()), {})
+        outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
+        found[scenario_id] = (outputs, data, True, result.trace)
     if missing and step is not None:
         invocations = invoke_many(run.application, [s.inputs for s in missing])
         for scenario, invocation in zip(missing, invocations, strict=True):
             data = invocation_trace(invocation, run.application.slug)
-            found[scenario.pk] = (invocation.outputs, data, invocation.ok)
+            found[scenario.pk] = (invocation.outputs, data, invocation.ok, None)
             cells.append(_invocation_cell(scenario, step.key, repeat, invocation, data))
     return found
 
@@ -353,7 +359,7 @@ def _invocation_cell(scenario, step_key, repeat, invocation: Invocation, data) -
 
 def _evaluate_step(run, step, scenarios, invocations, existing, repeat) -> list[Cell]:
     todo = [s for s in scenarios if (s.pk, step.key, repeat) not in existing]
-    ready = [s for s in todo if invocations.get(s.pk, (None, None, False))[2]]
+    ready = [s for s in todo if invocations.get(s.pk, (None, None, False, None))[2]]
     cells = [
         Cell(
             s,
@@ -405,6 +411,7 @@ def _evaluate_step(run, step, scenarios, invocations, existing, repeat) -> list[
                 error=evaluation.error,
                 duration_ms=evaluation.duration_ms,
                 revision=step.revision,
+                invocation_trace=invocations[scenario.pk][3],
             )
         )
     return cells
@@ -483,21 +490,10 @@ def _annotations_for(run: Run, cells: list[Cell], trace_of: dict) -> dict[int, A
 
 def _annotated_trace(cell: Cell, trace_of: dict):
     return (
-        trace_of.get((cell.scenario.pk, cell.repeat_idx))
+        trace_of.get((cell.scenario.pk, cell.repeat_idx))  # invoked in this chunk
+        or cell.invocation_trace  # invoked earlier (an evaluator added to a finished run)
         or cell.scenario.trace  # online runs: the evaluated trace itself
-        or _stored_invocation_trace(cell)
     )
-
-
-def _stored_invocation_trace(cell: Cell):
-    result = (
-        Result.objects.filter(
-            scenario=cell.scenario, repeat_idx=cell.repeat_idx, trace__isnull=False
-        )
-        .select_related("trace")
-        .first()
-    )
-    return result.trace if result else None
 
 
 def _scenario_statuses_update(run: Run, scenarios: list[Scenario]) -> None:

@@ -69,7 +69,7 @@ class Runner(Protocol):
 
     def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]: ...
 
-    def status(self, config: Config) -> dict[str, Any]: ...
+    def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]: ...
 
 
 class WorkerRunner:
@@ -99,10 +99,10 @@ class WorkerRunner:
         finally:
             worker.close()
 
-    def status(self, config: Config) -> dict[str, Any]:
+    def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]:
         status: dict[str, Any] = {"available": True, "runner": self.name, "problem": None}
         if self.sandboxed:
-            problem = _sandbox_problem(config)
+            problem = _sandbox_problem(config, probe=probe)
             status.update(available=problem is None, problem=problem)
             if problem is None:
                 status.update(_uid_report(config))
@@ -180,8 +180,11 @@ def check_code(*, runtime: str, code: str) -> list[dict[str, Any]]:
     return get_runner(config).check_code(config=config, runtime=runtime, code=code)
 
 
-def sandbox_status() -> dict[str, Any]:
-    """``{"available", "runner", "problem", ...}`` for health pages and admin screens."""
+def sandbox_status(*, probe: bool = True) -> dict[str, Any]:
+    """``{"available", "runner", "problem", ...}`` for health pages and admin screens.
+
+    ``probe=False`` checks files only and starts no jailed worker (what start-up uses: every
+    Django process, every ``manage.py`` command, would otherwise start one)."""
     try:
         config = load_config()
     except SandboxError as exc:
@@ -190,7 +193,7 @@ def sandbox_status() -> dict[str, Any]:
     if runner is None:
         problem = f"runner {config.runner!r} is not installed"
         return {"available": False, "runner": config.runner, "problem": problem}
-    return runner.status(config)
+    return runner.status(config, probe=probe)
 
 
 def _check_runtime(runtime: str) -> None:

@@ -209,3 +209,32 @@ def test_it_links_judge_calls_and_counts_their_tokens_and_cost(
     stats = run.metrics.get(scenario=None).data[f"evaluator-{judge.slug}"]
     assert stats["tokens"]["sum"] == 4 * 120
     assert stats["costs"]["sum"] > 0
+
+
+def test_it_adds_an_evaluator_in_queries_that_do_not_grow_with_the_scenarios(
+    project, column_app, exact, polite, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries_to_add(rows: int, slug: str) -> int:
+        version = make_testset(
+            project, [dict(CAPITALS[i % 4], n=i) for i in range(rows)], slug=slug
+        )
+        run = run_create(
+            project=project, testset_version=version, application=column_app, revisions=[exact]
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            run_start(run=run)
+        with (
+            CaptureQueriesContext(connection) as captured,
+            django_capture_on_commit_callbacks(execute=True),
+        ):
+            run_add_evaluators(run=run, revisions=[polite])
+        assert (
+            Run.objects.get(pk=run.pk).status == "errors"
+            or Run.objects.get(pk=run.pk).done_cells == rows * 4
+        )
+        return len(captured)
+
+    assert queries_to_add(40, "forty") == queries_to_add(10, "ten")
