@@ -42,8 +42,8 @@ from evalsite.services import project_create, user_get_or_create  # noqa: E402
 from evaluators.services import evaluator_create  # noqa: E402
 from runs import compare, metrics  # noqa: E402
 from runs.applications import application_create  # noqa: E402
+from runs.engine import run_create_logged  # noqa: E402
 from runs.models import Run, Scenario, Testset, TestsetVersion  # noqa: E402
-from runs.services import run_create_logged  # noqa: E402
 
 SCHEMA = {
     "type": "object",

@@ -32,7 +32,7 @@ from evalsite.services import project_create  # noqa: E402
 from evaluators.services import evaluator_create  # noqa: E402
 from runs import metrics  # noqa: E402
 from runs.applications import application_create  # noqa: E402
-from runs.services import run_create_logged  # noqa: E402
+from runs.engine import run_create_logged  # noqa: E402
 
 STEPS = {
     "score": "jsonb_build_object('score', round(random()::numeric, 4))",

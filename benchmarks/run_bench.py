@@ -34,8 +34,8 @@ from evalsite.celery import QUEUES  # noqa: E402
 from evalsite.services import project_create  # noqa: E402
 from evaluators.services import evaluator_create  # noqa: E402
 from runs.applications import application_create  # noqa: E402
+from runs.engine import run_create, run_start  # noqa: E402
 from runs.models import Result, Run  # noqa: E402
-from runs.services import run_create, run_start  # noqa: E402
 from runs.testsets import testset_create  # noqa: E402
 
 PYTHON = "def evaluate(inputs, outputs, trace):\n    return outputs == inputs['correct_answer']\n"
@@ -68,6 +68,19 @@ def command_of(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:60]
     except OSError:
         return "?"
+
+
+def _wait_until_ready(worker: subprocess.Popen, timeout: float = 60) -> None:
+    """Until the worker answers a ping (booting Django and Celery is not what is measured)."""
+    from evalsite.celery import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise SystemExit("the worker exited")
+        if app.control.ping(timeout=0.5):
+            return
+    raise SystemExit("the worker did not answer within 60 s")
 
 
 def main() -> None:
@@ -136,7 +149,7 @@ def main() -> None:
         env=env,
         start_new_session=True,
     )
-    time.sleep(3)  # let the worker boot; cold start is not what this measures
+    _wait_until_ready(worker)  # cold start is not what this measures
     peaks: dict[int, tuple[str, float]] = {}
     try:
         started = time.perf_counter()

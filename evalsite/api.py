@@ -8,6 +8,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.response import Response
 
+from evalsite.health import check_all
 from evalsite.models import ApiKey, Project, Role
 from evalsite.services import api_key_create
 
@@ -107,8 +108,6 @@ class ApiKeyViewSet(
 @permission_classes([])
 def healthz(request):
     """Database and broker reachability; 503 when either is down."""
-    from evalsite.health import check_all
-
     report = check_all()
     healthy = all(value == "ok" for value in report.values())
     return Response(report, status=200 if healthy else 503)

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from evalsite.errors import InvalidInput
 from evalsite.models import Project, Role
 from evalsite.services import membership_set, project_create, user_get_or_create
+from evaluators.models import Evaluator
+from evaluators.services import evaluator_create
+from runs.applications import application_create
+from runs.engine import run_create, run_execute_inline
+from runs.models import Application, Run, Testset
+from runs.testsets import testset_create
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "demo"  # noqa: S105 (a local demo login, printed by the run command)
@@ -91,10 +98,6 @@ def demo_load() -> Project:
 
 
 def _demo_evaluators(project, user) -> None:
-    from evalsite.errors import InvalidInput
-    from evaluators.models import Evaluator
-    from evaluators.services import evaluator_create
-
     for spec in DEMO_EVALUATORS:
         if Evaluator.objects.filter(project=project, slug=spec["slug"]).exists():
             continue
@@ -105,11 +108,6 @@ def _demo_evaluators(project, user) -> None:
 
 
 def _demo_runs(project, user) -> None:
-    from evaluators.models import Evaluator
-    from runs.applications import application_create
-    from runs.models import Application, Run, Testset
-    from runs.services import run_create, run_execute_inline
-    from runs.testsets import testset_create
 
     testset = Testset.objects.filter(project=project, slug="capitals").first()
     if testset is None:

@@ -99,9 +99,19 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Broker and Redis ------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or embedded.redis_url(DATA_DIR)
 # Rate limits and other shared counters need Redis even when the broker is RabbitMQ.
-REDIS_URL = env_str("REDIS_URL") or (
-    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else embedded.redis_url(DATA_DIR)
-)
+# Every host must share it, or limits stop being shared: a broker other than Redis needs
+# REDIS_URL, unless EVALSITE_SINGLE_HOST=1 says this machine is the whole deployment.
+REDIS_URL = env_str("REDIS_URL")
+if not REDIS_URL and CELERY_BROKER_URL.startswith("redis"):
+    REDIS_URL = CELERY_BROKER_URL
+elif not REDIS_URL and env_bool("EVALSITE_SINGLE_HOST", default=False):
+    REDIS_URL = embedded.redis_url(DATA_DIR)
+elif not REDIS_URL:
+    raise ImproperlyConfigured(
+        "REDIS_URL is required when the broker is not Redis: rate limits, spend caps and metric "
+        "refreshes must be shared by every host. Set REDIS_URL, or EVALSITE_SINGLE_HOST=1 to "
+        "use an embedded Redis on this machine only."
+    )
 # Only tasks that someone waits for keep results (the celery code runner's code_* tasks).
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True
@@ -122,9 +132,10 @@ CELERY_TASK_ROUTES = {
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 900)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BEAT_SCHEDULE = {
-    "resume-stalled-runs": {
-        "task": "runs.tasks.runs_resume_stalled",
-        "schedule": env_float("EVALSITE_STALL_CHECK_SECONDS", 60.0),
+    # Expired leases, units that keep killing workers, messages a broker lost (runs/engine/units.py).
+    "sweep-units": {
+        "task": "runs.tasks.units_sweep",
+        "schedule": env_float("EVALSITE_UNIT_SWEEP_SECONDS", 5.0),
     },
 }
 
@@ -201,12 +212,14 @@ EVALSITE_CODE_RUNNER = env_choice(
     "EVALSITE_CODE_RUNNER", "sandbox", ("sandbox", "inprocess", "celery")
 )
 EVALSITE_WEBHOOK_ALLOW_PRIVATE = env_bool("EVALSITE_WEBHOOK_ALLOW_PRIVATE", default=False)
-EVALSITE_HTTP_TIMEOUT = env_float("EVALSITE_HTTP_TIMEOUT", 10.0)
 API_KEY_TOUCH_INTERVAL_SECONDS = 60
 EVALSITE_RUN_CHUNK_SIZE = env_int("EVALSITE_RUN_CHUNK_SIZE", 250, minimum=1)
-# A running run with no finished cell for this long is dispatched again (lost message, broker
-# restarted empty, worker killed): chunks are idempotent, so this is always safe.
-EVALSITE_RUN_STALL_SECONDS = env_int("EVALSITE_RUN_STALL_SECONDS", 600, minimum=5)
+# A worker renews its unit's lease every third of this; a dead worker's unit is redone after it.
+EVALSITE_UNIT_LEASE_SECONDS = env_float("EVALSITE_UNIT_LEASE_SECONDS", 15.0)
+EVALSITE_UNIT_SWEEP_SECONDS = env_float("EVALSITE_UNIT_SWEEP_SECONDS", 5.0)
+EVALSITE_UNIT_MAX_ATTEMPTS = env_int("EVALSITE_UNIT_MAX_ATTEMPTS", 3, minimum=1)
+EVALSITE_UNIT_RESEND_SECONDS = env_float("EVALSITE_UNIT_RESEND_SECONDS", 30.0)
+EVALSITE_METRICS_REFRESH_SECONDS = env_float("EVALSITE_METRICS_REFRESH_SECONDS", 2.0)
 EVALSITE_APPLICATIONS_ALLOW_PRIVATE = env_bool("EVALSITE_APPLICATIONS_ALLOW_PRIVATE", default=False)
 EVALSITE_ENCRYPTION_KEY = env_str("EVALSITE_ENCRYPTION_KEY")  # empty: derived from SECRET_KEY
 EVALSITE_JUDGE_CONCURRENCY = env_int("EVALSITE_JUDGE_CONCURRENCY", 64, minimum=1)

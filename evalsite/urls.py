@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from evalsite import api, views
+from evalsite import api, home, views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("api-keys", api.ApiKeyViewSet, basename="api-key")
@@ -22,7 +22,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/go", views.project_go, name="project-go"),
-    path("p/<slug:slug>/", views.project_home, name="project-home"),
+    path("p/<slug:slug>/", home.project_home, name="project-home"),
     path("p/<slug:slug>/settings/", views.project_settings, name="project-settings"),
     path(
         "p/<slug:slug>/settings/keys/<int:key_id>/revoke",

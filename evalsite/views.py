@@ -1,4 +1,7 @@
-"""Tenancy pages (projects, settings, API keys) and the project lookup every page uses."""
+"""Tenancy pages (projects, settings, API keys) and the project lookup every page uses.
+
+Every app's views import ``project_view`` from here, so this module imports no app (the project
+home page, which reads both, is ``evalsite/home.py``)."""
 
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ def project_view(role: str = Role.VIEWER, *, write_role: str = Role.EDITOR):
             needed = role if request.method in ("GET", "HEAD") else write_role
             if not role_allows(request.role, needed):
                 raise PermissionDenied(f"This needs the {needed} role in {project.name}.")
-            request.session["project"] = project.slug
+            if request.session.get("project") != project.slug:  # a GET must not write
+                request.session["project"] = project.slug
             return view(request, project, *args, **kwargs)
 
         return wrapper
@@ -74,19 +78,6 @@ def project_list(request):
 def project_go(request):
     """The project switcher's target: works as a plain GET form without JavaScript."""
     return redirect("project-home", slug=request.GET.get("project", ""))
-
-
-@project_view()
-def project_home(request, project):
-    from evaluators.selectors import evaluator_list_recent
-    from runs.selectors import run_list_recent
-
-    context = {
-        "project": project,
-        "evaluators": evaluator_list_recent(project=project),
-        "runs": run_list_recent(project=project),
-    }
-    return render(request, "projects/home.html", context)
 
 
 class ApiKeyForm(forms.Form):

@@ -1,7 +1,8 @@
+from django import forms
 from django.contrib import admin
 
 from evalsite.admin import pretty_json
-from evaluators.models import Evaluator, EvaluatorRevision, Preset
+from evaluators.models import Evaluator, EvaluatorRevision, ModelConnection, Preset
 
 
 class RevisionInline(admin.TabularInline):
@@ -83,4 +84,54 @@ class PresetAdmin(admin.ModelAdmin):
     search_fields = ["name", "slug", "description"]
 
 
-from evaluators.judge import admin as _judge_admin  # noqa: E402, F401  (ModelConnection)
+class ModelConnectionAdminForm(forms.ModelForm):
+    """The API key is write-only: a password field sets a new one; nothing shows the stored one."""
+
+    new_api_key = forms.CharField(
+        required=False,
+        label="API key",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted and never shown. Leave empty to keep the stored key.",
+    )
+    clear_api_key = forms.BooleanField(required=False, label="Remove the stored key")
+
+    class Meta:
+        model = ModelConnection
+        fields = [
+            "project",
+            "slug",
+            "name",
+            "base_url",
+            "model_names",
+            "prices",
+            "rate_limit_rpm",
+            "timeout_seconds",
+            "failing_reason",
+        ]
+
+    def save(self, commit=True):
+        connection = super().save(commit=False)
+        if self.cleaned_data.get("new_api_key"):
+            connection.set_api_key(self.cleaned_data["new_api_key"])
+        elif self.cleaned_data.get("clear_api_key"):
+            connection.set_api_key("")
+        if commit:
+            connection.save()
+        return connection
+
+
+@admin.register(ModelConnection)
+class ModelConnectionAdmin(admin.ModelAdmin):
+    form = ModelConnectionAdminForm
+    list_display = ["name", "slug", "project", "base_url", "rate_limit_rpm", "has_key", "failing"]
+    list_filter = ["project"]
+    search_fields = ["name", "slug", "base_url"]
+    readonly_fields = ["failing_since", "created_by", "created_at", "updated_at"]
+
+    @admin.display(boolean=True, description="Key")
+    def has_key(self, obj):
+        return obj.has_api_key
+
+    @admin.display(boolean=True, description="Failing")
+    def failing(self, obj):
+        return obj.is_failing

@@ -9,6 +9,7 @@ from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
 from evalsite.api import ERROR_RESPONSES
+from evalsite.errors import InvalidInput
 from evaluators import selectors
 from evaluators.kinds import REGISTRY
 from evaluators.models import Evaluator, EvaluatorRevision, Preset
@@ -355,8 +356,6 @@ def invoke(request):
 
 
 def _invoke_config(project, data) -> dict:
-    from evalsite.errors import InvalidInput
-
     if data.get("kind") and not (data.get("evaluator") or data.get("revision")):
         kind_resolve(data["kind"])
         return {"kind": data["kind"], "parameters": data.get("parameters") or {}}

@@ -1,6 +1,10 @@
 import logging
 
 from django.apps import AppConfig
+from django.conf import settings
+from django.db.models.signals import post_migrate
+
+from evaluators.sandbox import register_runner, sandbox_status
 
 logger = logging.getLogger("evaluators")
 
@@ -9,10 +13,8 @@ class EvaluatorsConfig(AppConfig):
     name = "evaluators"
 
     def ready(self):
-        from django.db.models.signals import post_migrate
-
+        # Registration, here because kinds and services load the models, which exist only now.
         from evaluators import kinds  # noqa: F401  (registers every kind)
-        from evaluators.sandbox import register_runner
         from evaluators.sandbox_celery import CeleryRunner
         from evaluators.services import presets_sync
 
@@ -23,10 +25,6 @@ class EvaluatorsConfig(AppConfig):
 
 def report_code_runner() -> None:
     """Say at start-up, loudly, when code evaluators cannot run here or run without a sandbox."""
-    from django.conf import settings
-
-    from evaluators.sandbox import sandbox_status
-
     if settings.EVALSITE_CODE_RUNNER == "celery":
         # The sandbox is the code workers' business; each one checks its own when it starts.
         logger.info("Code evaluators run on Celery workers consuming the 'code' queue.")

@@ -16,6 +16,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from evalsite.api import ERROR_RESPONSES
+from evaluators.judge.batch import judge_preview
 from evaluators.judge.connections import (
     model_connection_create,
     model_connection_delete,
@@ -209,8 +210,6 @@ class JudgeRenderView(APIView):
         tags=["evaluators"],
     )
     def post(self, request):
-        from evaluators.judge.batch import judge_preview
-
         body = RenderSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

@@ -7,6 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from evalsite.models import Project
+from evaluators.crypto import decrypt, encrypt
 
 
 class EvaluatorQuerySet(models.QuerySet):
@@ -170,7 +171,7 @@ class ModelConnectionQuerySet(models.QuerySet):
 class ModelConnection(models.Model):
     """An OpenAI-compatible chat-completions endpoint that LLM judges of a project call.
 
-    The API key is stored encrypted (``evaluators.judge.crypto``) and never leaves the server:
+    The API key is stored encrypted (``evaluators.crypto``) and never leaves the server:
     forms and the API take it write-only, and it is only decrypted to build the HTTP client.
     """
 
@@ -223,14 +224,10 @@ class ModelConnection(models.Model):
         return bool(self.failing_reason)
 
     def set_api_key(self, raw: str) -> None:
-        from evaluators.judge.crypto import encrypt
-
         self.api_key_encrypted = encrypt(raw) if raw else ""
 
     def api_key(self) -> str:
         """The decrypted key, for building the HTTP client only."""
-        from evaluators.judge.crypto import decrypt
-
         return decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
 
     def price_of(self, model: str) -> dict[str, float] | None:

@@ -8,12 +8,15 @@ was produced:
 - ``dict``   -> kept; nested dicts stay nested (metrics read them as dotted paths)
 - ``str``    -> a number if it parses, else ``{"output": s}``
 - ``None``, NaN, infinities and values JSON cannot carry -> ``EvaluationError``
+
+Also here, because kinds, judges and agent scorers all speak them: ``Raw`` (what a batch produced
+for one item, before normalisation) and ``json_equal``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ACCEPTED = "a bool, a finite number, a dict of JSON values, or a string"
@@ -50,6 +53,30 @@ class Unrepresentable:
     """
 
     what: str
+
+
+@dataclass
+class Raw:
+    """What a batch kind produced for one item before normalisation: a value or an error."""
+
+    value: Any = None
+    error: BaseException | None = None
+    duration_ms: float = 0.0
+    logs: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """Equality as JSON means it: true is not 1 (Python says True == 1), 1 equals 1.0."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(json_equal, left, right))
+    if isinstance(left, dict | list) or isinstance(right, dict | list):
+        return False
+    return left == right
 
 
 def invalid_return(what: str) -> EvaluationError:

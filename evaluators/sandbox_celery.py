@@ -1,7 +1,8 @@
 """The ``celery`` code runner: ship a batch to a worker on the ``code`` queue and wait for it.
 
 ``EVALSITE_CODE_RUNNER=celery`` keeps user code off the web and run hosts: ``run_batch`` and
-``check_code`` send their arguments to ``evaluators.tasks.code_*`` (routed to queue ``code``), a
+``check_code`` send their arguments to ``evaluators.tasks.code_*`` by name (routed to queue
+``code``; this module never imports the tasks, which call its worker's side below), a
 worker there runs them with its own local runner (the bubblewrap sandbox, or ``inprocess`` when
 that worker is configured so), and the caller waits for the ``CallResult`` list through the
 result backend (``CELERY_RESULT_BACKEND``). Nothing falls back: when no worker takes the batch in
@@ -20,8 +21,9 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.signals import worker_ready
 from kombu.exceptions import OperationalError
 
+from evalsite.celery import app
 from evaluators.normalize import Unrepresentable
-from evaluators.sandbox import CallResult, SandboxUnavailable, get_runner
+from evaluators.sandbox import CHECK_TIMEOUT_S, CallResult, SandboxUnavailable, get_runner
 from evaluators.sandbox.config import Config, load_config
 
 logger = logging.getLogger(__name__)
@@ -48,19 +50,14 @@ class CeleryRunner:
         self._status: tuple[float, dict[str, Any]] | None = None
 
     def run_batch(self, *, config: Config, calls: list[dict[str, Any]], **kwargs: Any):
-        from evaluators.tasks import code_run_batch
-
         # Calls run one after another in the worker; a slow pool start comes on top.
         work_s = config.start_timeout_s + kwargs["timeout_s"] * max(len(calls), 1) + 5
-        payload = self._call(code_run_batch, {"calls": calls, **kwargs}, work_s)
+        payload = self._call("evaluators.tasks.code_run_batch", {"calls": calls, **kwargs}, work_s)
         return [result_decode(item) for item in payload]
 
     def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]:
-        from evaluators.sandbox import CHECK_TIMEOUT_S
-        from evaluators.tasks import code_check
-
         work_s = config.start_timeout_s + CHECK_TIMEOUT_S + 5
-        return self._call(code_check, {"runtime": runtime, "code": code}, work_s)
+        return self._call("evaluators.tasks.code_check", {"runtime": runtime, "code": code}, work_s)
 
     def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]:
         # Asking a worker is the only check there is; ``probe`` does not apply here.
@@ -70,11 +67,11 @@ class CeleryRunner:
         return self._status[1]
 
     def _remote_status(self) -> dict[str, Any]:
-        from evaluators.tasks import code_status
-
         status: dict[str, Any] = {"available": False, "runner": self.name, "queue": QUEUE}
         try:
-            remote = self._call(code_status, {}, self.status_s, pickup_s=self.status_s)
+            remote = self._call(
+                "evaluators.tasks.code_status", {}, self.status_s, pickup_s=self.status_s
+            )
         except SandboxUnavailable as exc:
             status["problem"] = str(exc)
             return status
@@ -91,11 +88,13 @@ class CeleryRunner:
             status["warning"] = f"on the code worker: {remote['warning']}"
         return status
 
-    def _call(self, task, kwargs: dict[str, Any], work_s: float, pickup_s: float = 0) -> Any:
+    def _call(self, task: str, kwargs: dict[str, Any], work_s: float, pickup_s: float = 0) -> Any:
         pickup_s = pickup_s or self.pickup_s
         try:
-            result = task.apply_async(
+            result = app.send_task(
+                task,
                 kwargs=kwargs,
+                ignore_result=False,  # against the global default: we wait for it
                 expires=pickup_s,
                 soft_time_limit=work_s,
                 time_limit=work_s + 10,

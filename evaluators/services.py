@@ -18,9 +18,9 @@ from pydantic import ValidationError as PydanticValidationError
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
 from evaluators.kinds import get_kind
-from evaluators.kinds.base import REGISTRY, Kind, KindParameters, Raw
+from evaluators.kinds.base import REGISTRY, Kind, KindParameters
 from evaluators.models import Evaluator, EvaluatorRevision, Preset
-from evaluators.normalize import DEFAULT_THRESHOLD, EvaluationError, normalize
+from evaluators.normalize import DEFAULT_THRESHOLD, EvaluationError, Raw, normalize
 
 
 @dataclass

@@ -23,7 +23,9 @@ from evaluators.forms import (
     TryForm,
 )
 from evaluators.kinds import REGISTRY
+from evaluators.kinds.code import DEFAULT_CODE
 from evaluators.models import Preset
+from evaluators.samples import sample_case, sample_from_request
 from evaluators.sandbox import sandbox_status
 from evaluators.services import evaluation_invoke, evaluator_create, evaluator_revise, kind_resolve
 
@@ -185,8 +187,6 @@ def _detail_context(
 
 def _code_context(kind, revision=None, examples_form=None) -> dict:
     """What the code editor adds: sandbox health, runtime defaults, the example cases."""
-    from evaluators.kinds.code import DEFAULT_CODE
-
     report = revision.examples_report if revision else []
     passed = sum(1 for case in report if case.get("passed"))
     return {
@@ -202,8 +202,6 @@ def _code_context(kind, revision=None, examples_form=None) -> dict:
 def _sample_for(kind, request=None, project=None) -> dict:
     """The playground's starting case: a scenario the user came from (the drill-in's link), else
     a realistic sample for the kind."""
-    from evaluators.samples import sample_case, sample_from_request
-
     case = (sample_from_request(request, project) if request is not None else None) or sample_case(
         kind
     )

@@ -3,7 +3,8 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 
 from evalsite.admin import pretty_json
-from runs import services
+from evalsite.errors import InvalidInput
+from runs import engine
 from runs.models import (
     Annotation,
     Application,
@@ -19,7 +20,9 @@ from runs.models import (
     Testset,
     TestsetVersion,
     Trace,
+    WorkUnit,
 )
+from runs.online import online_backfill
 
 
 class TestsetVersionInline(admin.TabularInline):
@@ -182,24 +185,43 @@ class RunAdmin(admin.ModelAdmin):
     @admin.action(description="Cancel selected runs")
     def cancel(self, request, queryset):
         for run in queryset:
-            services.run_cancel(run=run)
+            engine.run_cancel(run=run)
 
     @admin.action(description="Retry failed cells")
     def retry_failed(self, request, queryset):
-        from evalsite.errors import InvalidInput
-
         for run in queryset:
             try:
-                services.run_retry_failed(run=run)
+                engine.run_retry_failed(run=run)
             except InvalidInput as exc:
                 self.message_user(request, f"{run}: {exc}", messages.WARNING)
 
     @admin.action(description="Refresh metrics")
     def refresh_metrics(self, request, queryset):
-        from runs import metrics
-
         for run in queryset:
-            metrics.run_refresh(run=run)
+            engine.run_metrics_refresh_request(run=run)
+
+
+@admin.register(WorkUnit)
+class WorkUnitAdmin(ReadOnlyAdmin):
+    """Leased units of work: who holds what, until when, after how many attempts."""
+
+    list_display = [
+        "__str__",
+        "lane",
+        "status",
+        "owner",
+        "lease_expires_at",
+        "attempts",
+        "updated_at",
+    ]
+    list_filter = ["status", "lane"]
+    search_fields = ["owner", "run__name"]
+    exclude = ["error"]
+    readonly_fields = ["error_pretty"]
+
+    @admin.display(description="Error")
+    def error_pretty(self, obj):
+        return pretty_json(obj.error)
 
 
 @admin.register(Scenario)
@@ -273,9 +295,6 @@ class OnlineRuleAdmin(admin.ModelAdmin):
         from datetime import timedelta
 
         from django.utils import timezone
-
-        from evalsite.errors import InvalidInput
-        from runs.online import online_backfill
 
         until = timezone.now()
         for rule in queryset:

@@ -1,8 +1,4 @@
-"""Annotations: judgements attached to traces, by evaluators, people, or the user's own code.
-
-Every annotation carries its evaluator's id AND slug (and the revision), so a lookup by either
-finds it; the bug of seed 002 (stored by id, looked up by slug) cannot happen here.
-"""
+"""Annotations: an evaluator's judgement of a trace, created or corrected with history."""
 
 from __future__ import annotations
 
@@ -130,68 +126,4 @@ def annotation_update(*, annotation: Annotation, outputs: Any, author=None) -> A
     annotation.updated_by = author if getattr(author, "pk", None) else None
     annotation.updated_at = timezone.now()
     annotation.save(update_fields=["history", "outputs", "origin", "updated_by", "updated_at"])
-    return annotation
-
-
-@transaction.atomic
-def scenario_annotate(
-    *, run, scenario, revision: EvaluatorRevision, outputs: Any, author=None
-) -> Annotation:
-    """A person's judgement of one scenario: a human evaluator's form, or a correction of any
-    evaluator's result. The annotation is linked to the scenario's trace; the cell's result
-    points at it; an earlier value is kept in the annotation's history."""
-    from runs import metrics
-    from runs.models import Result, ResultStatus, Run, RunStep
-    from runs.services import (
-        _annotation_step,
-        _check_open,
-        _scenario_statuses_update,
-        step_key_for_revision,
-    )
-
-    run = Run.objects.select_for_update().get(pk=run.pk)
-    _check_open(run)
-    key = step_key_for_revision(revision)
-    if not run.steps.filter(key=key).exists():
-        RunStep.objects.bulk_create([_annotation_step(run, revision, run.steps.count())])
-        Run.objects.filter(pk=run.pk).update(mappings=metrics.mappings_build(run))
-    result = (
-        Result.objects.filter(run=run, scenario=scenario, step_key=key, repeat_idx=0)
-        .select_related("annotation")
-        .first()
-    )
-    if result is not None and result.annotation is not None:
-        annotation = annotation_update(annotation=result.annotation, outputs=outputs, author=author)
-    else:
-        trace = (
-            Result.objects.filter(scenario=scenario, repeat_idx=0, trace__isnull=False)
-            .select_related("trace")
-            .first()
-        )
-        annotation = annotation_create(
-            project=run.project,
-            evaluator=revision.evaluator_id,
-            revision=revision.pk,
-            outputs=outputs,
-            trace=trace.trace if trace else scenario.trace,
-            origin=Origin.HUMAN,
-            channel=Channel.WEB,
-            author=author,
-        )
-    Result.objects.update_or_create(
-        run=run,
-        scenario=scenario,
-        step_key=key,
-        repeat_idx=0,
-        defaults={
-            "project_id": run.project_id,
-            "status": ResultStatus.SUCCESS,
-            "annotation": annotation,
-            "error": None,
-            "updated_at": timezone.now(),
-        },
-    )
-    _scenario_statuses_update(run, [scenario])
-    # The run-wide statistics are stale now; pages and the API refresh them when they next look.
-    Run.objects.filter(pk=run.pk).update(progressed_at=timezone.now())
     return annotation

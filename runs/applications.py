@@ -1,10 +1,4 @@
-"""Applications: what a run evaluates, and how one invocation is made and recorded as a trace.
-
-Three kinds: ``column`` (outputs already in a testset column), ``logged`` (the user's own code
-logs outputs and traces through the API, SDK-style), and ``http`` (evalsite POSTs the inputs to
-an endpoint). Every invocation evalsite makes is recorded as a trace in the public contract
-shape, so evaluators read it the same way as production traces.
-"""
+"""Applications: what a run invokes (a testset column, a logged application, an HTTP endpoint)."""
 
 from __future__ import annotations
 
@@ -19,15 +13,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from django.conf import settings
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
 
 from evalsite.errors import InvalidInput, pydantic_fields
+from evalsite.jsonpaths import dig
 from evalsite.models import Project
-from runs.models import Application, Span, Trace
+from runs import conf
+from runs.models import Application
+from runs.traces import spans_valid
 
-# --- configuration ----------------------------------------------------------------------------
+MISSING = object()  # an outputs_path the response does not have
 
 
 class ColumnConfig(BaseModel):
@@ -91,9 +87,6 @@ def application_create(
     return Application.objects.create(
         project=project, name=name, slug=slug, kind=kind, config=config, description=description
     )
-
-
-# --- one invocation ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -197,9 +190,8 @@ def _from_response(response, config: HttpConfig, inputs, start, started) -> Invo
         body = response.json()
     except ValueError:
         body = response.text
-    try:
-        outputs = dot_get(body, config.outputs_path)
-    except KeyError:
+    outputs = dig(body, config.outputs_path, default=MISSING)
+    if outputs is MISSING:
         return Invocation(
             inputs,
             error=_error("outputs_path", f"The response has no {config.outputs_path!r}."),
@@ -208,30 +200,38 @@ def _from_response(response, config: HttpConfig, inputs, start, started) -> Invo
         )
     invocation = Invocation(inputs, outputs=outputs, start=start, duration_ms=duration)
     if config.trace_path:
-        try:
-            trace = dot_get(body, config.trace_path)
-        except KeyError:
-            trace = None
-        invocation.trace = trace if isinstance(trace, dict) and "spans" in trace else None
+        invocation.trace = _own_trace(dig(body, config.trace_path), outputs)
     return invocation
 
 
-def dot_get(value: Any, path: str) -> Any:
-    """``a.b.0.c`` into nested dicts and lists; an empty path is the value itself."""
-    for part in [p for p in path.split(".") if p]:
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            raise KeyError(path)
-    return value
+def _own_trace(trace: Any, outputs: Any) -> dict | None:
+    """The application's own trace, when it sent a usable one (a trace id and root spans); its
+    root span's outputs are set to what ``outputs_path`` picked, so every reader of the stored
+    invocation sees the outputs the run's evaluators saw. Anything else is ignored: the
+    invocation is then recorded as usual."""
+    if not (
+        isinstance(trace, dict)
+        and isinstance(trace.get("trace_id"), str)
+        and trace["trace_id"]
+        and isinstance(trace.get("spans"), dict)
+        and trace["spans"]
+        and all(isinstance(span, dict) for span in trace["spans"].values())
+        and spans_valid(trace)
+    ):
+        return None
+    root_id, root = next(iter(trace["spans"].items()))
+    attributes = dict(root.get("attributes") or {})
+    ag = dict(attributes.get("ag") or {})
+    ag["data"] = {**(ag.get("data") or {}), "outputs": outputs}
+    attributes["ag"] = ag
+    spans = {**trace["spans"], root_id: {"span_id": root_id, **root, "attributes": attributes}}
+    return {**trace, "spans": spans}
 
 
 def check_public_url(url: str, *, setting: str) -> None:
     """Refuse URLs whose host resolves to a private, loopback or link-local address, unless the
     named setting allows them (a self-hosted server must not become a proxy into its network)."""
-    if getattr(settings, setting, False):
+    if conf.allow_private(setting):
         return
     host = urlsplit(url).hostname or ""
     try:
@@ -261,9 +261,6 @@ def _error(code: str, message: str) -> dict[str, str]:
 
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
-
-
-# --- recording ---------------------------------------------------------------------------------
 
 
 def invocation_trace(invocation: Invocation, name: str) -> dict[str, Any]:
@@ -297,64 +294,3 @@ def invocation_trace(invocation: Invocation, name: str) -> dict[str, Any]:
     if not invocation.ok:
         span["status_message"] = invocation.error["message"]
     return {"trace_id": trace_id, "spans": {span_id: span}}
-
-
-def traces_store(
-    project: Project, trace_dicts: list[dict[str, Any]], source: str = "invocation"
-) -> list[Trace]:
-    """Store contract-shaped trace dicts in bulk (two INSERTs for any number of traces).
-
-    Used for the traces evalsite records itself; they are complete and new, so no upsert and no
-    re-aggregation is needed (ingestion of user traces goes through ``runs.ingest``).
-    """
-    now = timezone.now()
-    traces, spans = [], []
-    for data in trace_dicts:
-        roots = list(data["spans"].values())
-        walked = list(_walk(roots))
-        root = roots[0] if roots else {}
-        acc = root.get("attributes", {}).get("ag", {}).get("metrics", {}).get("acc", {})
-        trace = Trace(
-            project=project,
-            trace_id=data["trace_id"],
-            name=root.get("name", ""),
-            root_span_id=root.get("span_id", ""),
-            start_time=root.get("start_time"),
-            end_time=root.get("end_time"),
-            duration_ms=(acc.get("duration") or {}).get("total"),
-            status=root.get("status", "ok"),
-            tokens=(acc.get("tokens") or {}).get("total"),
-            cost=(acc.get("costs") or {}).get("total"),
-            source=source,
-            span_count=len(walked),
-            created_at=now,
-            updated_at=now,
-        )
-        traces.append(trace)
-        spans.extend((trace, span) for span in walked)
-    Trace.objects.bulk_create(traces, batch_size=1000)
-    rows = []
-    for trace, span in spans:
-        rows.append(
-            Span(
-                project=project,
-                trace=trace,
-                span_id=span["span_id"],
-                parent_id=span.get("parent_id") or "",
-                name=span.get("name", ""),
-                kind=span.get("kind", "task"),
-                start_time=span.get("start_time"),
-                end_time=span.get("end_time"),
-                status=span.get("status", "ok"),
-                status_message=span.get("status_message", ""),
-                attributes=span.get("attributes", {}),
-            )
-        )
-    Span.objects.bulk_create(rows, batch_size=1000)
-    return traces
-
-
-def _walk(spans):
-    for span in spans:
-        yield span
-        yield from _walk((span.get("children") or {}).values())

@@ -5,10 +5,10 @@ class RunsConfig(AppConfig):
     name = "runs"
 
     def ready(self):
-        from evaluators.judge import TRACE_RECORDERS
+        from evaluators.judge.traces import TRACE_RECORDERS
         from evaluators.samples import SAMPLE_PROVIDERS
-        from runs.ingest import trace_record
         from runs.selectors import scenario_case
+        from runs.traces import trace_record
 
         # evaluators offers these hooks so that it never imports runs.
         SAMPLE_PROVIDERS.append(scenario_case)

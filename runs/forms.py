@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from runs.metrics import _non_null_type
+from runs.metrics import non_null_type
 
 
 class AnnotationForm(forms.Form):
@@ -31,7 +31,7 @@ class AnnotationForm(forms.Form):
 
     @staticmethod
     def _field(prop: dict, *, required: bool) -> forms.Field:
-        kind = _non_null_type(prop)
+        kind = non_null_type(prop)
         common = {
             "required": required and kind != "boolean",
             "help_text": prop.get("description", ""),
@@ -65,7 +65,7 @@ class AnnotationForm(forms.Form):
         for name, value in self.cleaned_data.items():
             if value in (None, "") and not isinstance(value, bool):
                 continue
-            if isinstance(self.fields[name].widget, forms.Textarea) and _non_null_type(
+            if isinstance(self.fields[name].widget, forms.Textarea) and non_null_type(
                 self.schema["properties"][name]
             ) in ("object", "array"):
                 try:

@@ -302,6 +302,66 @@ class RunStep(models.Model):
         return self.key
 
 
+class Lane(models.TextChoices):
+    """Which queue computes a unit: cheap kinds and the application calls, sandboxed code (with
+    the ``celery`` code runner), or model calls (LLM judges) in a pool made for waiting."""
+
+    RUNS = "runs"
+    CODE = "code"
+    LLM = "llm"
+    INGEST = "ingest"
+
+
+class UnitStatus(models.TextChoices):
+    WAITING = "waiting"  # for the runs-lane unit of its scenarios (their invocations) to finish
+    QUEUED = "queued"
+    LEASED = "leased"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class WorkUnit(models.Model):
+    """A leased piece of a run: scenarios ``first..last`` of one lane. A worker claims it with a
+    conditional UPDATE (owner + lease expiry), renews the lease while it computes, and writes
+    cells only while it holds it; the sweeper re-queues units whose lease expired."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="units")
+    lane = models.CharField(max_length=16, choices=Lane.choices, default=Lane.RUNS)
+    first = models.PositiveIntegerField(help_text="Index of the first scenario.")
+    last = models.PositiveIntegerField(help_text="Index of the last scenario.")
+    step_keys = models.JSONField(
+        default=list,
+        help_text="The evaluator steps this unit computes (runs lane: also inputs and invocations).",
+    )
+    status = models.CharField(max_length=16, choices=UnitStatus.choices, default=UnitStatus.QUEUED)
+    owner = models.CharField(max_length=200, blank=True, help_text="host:pid:token of the holder.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="Its last message went out.")
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "lane", "first"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "lane", "first"], name="workunit_unique_range")
+        ]
+        indexes = [
+            models.Index(fields=["run", "lane", "status", "first"]),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="leased"),
+                name="workunit_leased_expiry",
+            ),
+            models.Index(fields=["sent_at"], condition=Q(status="queued"), name="workunit_queued"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lane} {self.first}..{self.last} of run {self.run_id}"
+
+
 class ScenarioStatus(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from evalsite.jsonpaths import dig
 from evalsite.models import Project
 from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Span
+from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
 
 OUTPUTS_PREFIX = "attributes.ag.data.outputs"
 
@@ -81,17 +82,6 @@ def run_get(*, project: Project, run_id: int | str) -> Run | None:
     if not str(run_id).isdigit():
         return None
     return run_list(project=project).filter(pk=int(run_id)).first()
-
-
-def dig(value: Any, path: list[str]) -> Any:
-    for part in path:
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
 
 
 def scenario_rows(run: Run, scenarios: list[Scenario], repeat_idx: int = 0) -> list[dict]:
@@ -284,18 +274,7 @@ def scenario_case(request, project) -> dict | None:
     scenario = run.scenarios.filter(index=int(index)).first() if run else None
     if scenario is None:
         return None
-    from runs.ingest import trace_dict
-
-    result = (
-        Result.objects.filter(scenario=scenario, repeat_idx=0, trace__isnull=False)
-        .select_related("trace")
-        .first()
-    )
-    trace = (
-        trace_dict(result.trace)
-        if result
-        else (trace_dict(scenario.trace) if scenario.trace_id else None)
-    )
-    root = next(iter(trace["spans"].values()), {}) if trace else {}
-    outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
+    invocation = scenario_invocation_trace(scenario)
+    trace = trace_dict(invocation) if invocation else None
+    outputs = dig(next(iter(trace["spans"].values()), {}) if trace else {}, OUTPUTS_PATH)
     return {"inputs": scenario.inputs, "outputs": outputs, "trace": trace}

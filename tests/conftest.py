@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from evalsite.celery import app
 from evalsite.models import Role
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 
@@ -102,3 +103,12 @@ def viewer_client(client, viewer):
 def outsider_client(client, outsider):
     client.force_login(outsider)
     return client
+
+
+@pytest.fixture
+def celery_eager(settings):
+    """Tasks run inline where they are sent: nothing reaches the real broker."""
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from evalsite.jsonpaths import dig
 from evaluators.normalize import EvaluationError
 
 OK, FAILED, NO_RESULT = "ok", "failed", "no_result"
@@ -444,7 +445,7 @@ def root_span(trace: Any) -> dict[str, Any] | None:
 
 
 def _root_data(trace: Any) -> dict[str, Any]:
-    data = _dig(root_span(trace), "attributes", "ag", "data")
+    data = dig(root_span(trace), "attributes.ag.data")
     return data if isinstance(data, dict) else {}
 
 
@@ -497,9 +498,9 @@ def _scan(trace: Any, *, count_chars: bool) -> tuple[list[ToolCall], int, int | 
         attributes = attributes if isinstance(attributes, dict) else {}
         ag = attributes.get("ag")
         ag = ag if isinstance(ag, dict) else {}
-        unit = _dig(ag, "metrics", "unit")
+        unit = dig(ag, "metrics.unit")
         unit = unit if isinstance(unit, dict) else {}
-        tokens = _number(_dig(unit, "tokens", "total"))
+        tokens = _number(dig(unit, "tokens.total"))
         if tokens is not None:
             peak = tokens if peak is None else max(peak, tokens)
             units += tokens
@@ -507,7 +508,7 @@ def _scan(trace: Any, *, count_chars: bool) -> tuple[list[ToolCall], int, int | 
             continue
         data = ag.get("data")
         data = data if isinstance(data, dict) else {}
-        calls.append(_span_call(span, attributes, data, _number(_dig(unit, "duration", "total"))))
+        calls.append(_span_call(span, attributes, data, _number(dig(unit, "duration.total"))))
         if count_chars:
             chars += _chars(data.get("inputs")) + _chars(data.get("outputs"))
     return calls, chars, _int(peak), _int(_total_tokens(trace, units if peak is not None else None))
@@ -537,9 +538,7 @@ def _total_tokens(trace: Any, units: float | None) -> float | None:
     """The roots' accumulated totals; the sum of the spans' own when no root has one."""
     spans = trace.get("spans") if isinstance(trace, dict) else None
     roots = spans.values() if isinstance(spans, dict) else ()
-    accs = [
-        _number(_dig(r, "attributes", "ag", "metrics", "acc", "tokens", "total")) for r in roots
-    ]
+    accs = [_number(dig(r, "attributes.ag.metrics.acc.tokens.total")) for r in roots]
     known = [acc for acc in accs if acc is not None]
     return sum(known) if known else units
 
@@ -587,14 +586,6 @@ def mark_retries(calls: list[ToolCall]) -> None:
     for call in calls:
         call.retry = call.name == previous
         previous = call.name
-
-
-def _dig(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 def _number(value: Any) -> float | None:

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from evaluators.agents.extract import ToolCall, read_history
-from evaluators.kinds.base import json_equal
-from evaluators.normalize import EvaluationError
+from evaluators.normalize import EvaluationError, json_equal
 
 Mode = Literal["strict", "unordered", "subset", "superset", "in_order"]
 ArgumentsMode = Literal["exact", "subset", "ignore"]

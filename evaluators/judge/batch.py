@@ -20,20 +20,22 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import transaction
 
+from evaluators.crypto import UndecryptableKey
 from evaluators.judge import scores
 from evaluators.judge.client import Caller, Shared, Usage
 from evaluators.judge.conf import setting
 from evaluators.judge.connections import address_problem
 from evaluators.judge.context import template_variables
-from evaluators.judge.crypto import UndecryptableKey
 from evaluators.judge.scripts import script_prompt
 from evaluators.judge.templates import render_all
-from evaluators.kinds.base import Raw
-from evaluators.normalize import EvaluationError
+from evaluators.judge.traces import TRACE_RECORDERS
+from evaluators.models import ModelConnection
+from evaluators.normalize import EvaluationError, Raw
 
 log = logging.getLogger("evaluators.judge")
 RECORD_GROUP = 50
@@ -112,8 +114,6 @@ def structured_call(
     Returns the answer object; raises ``EvaluationError`` (``no_connection``, ``rate_limited``,
     ``connection_auth_failed``, ``invalid_judge_answer`` ...).
     """
-    from types import SimpleNamespace
-
     settings = SimpleNamespace(connection=connection, model=model, max_cost_usd=None)
     project, connection_obj, model = _setup(settings, {"project": project})
     try:
@@ -163,8 +163,6 @@ def judge_preview(parameters, inputs: dict, outputs: Any, trace: dict | None) ->
 
 
 def _setup(parameters, context: dict):
-    from evaluators.models import ModelConnection
-
     project = context.get("project")
     if project is None:
         raise EvaluationError("An LLM judge runs within a project.", code="no_connection")
@@ -348,10 +346,8 @@ def _tokens(usage: Usage) -> dict[str, int]:
 
 def _record(outcome: Outcome, project, name: str, model: str, price: dict | None) -> int | None:
     """The judge trace: the root is the whole cell, one child per HTTP request. Stored through
-    the recorder the runs app registers (``evaluators.samples``-style hook: evaluators never
-    imports runs); with none registered, the evaluation simply has no trace."""
-    from evaluators.judge import TRACE_RECORDERS
-
+    the recorder the runs app registers (``traces.TRACE_RECORDERS``: evaluators never imports
+    runs); with none registered, the evaluation simply has no trace."""
     if not TRACE_RECORDERS:
         return None
     trace_record = TRACE_RECORDERS[0]

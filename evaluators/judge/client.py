@@ -19,14 +19,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import redis
 
+from evalsite.jsonpaths import dig
 from evaluators.judge.conf import setting
 from evaluators.judge.limits import Limiter, RateLimited, SpendCounter
 from evaluators.normalize import EvaluationError
+
+if TYPE_CHECKING:
+    import openai
 
 BACKOFF_BASE_S = 0.25
 SNIPPET = 300
@@ -73,7 +76,10 @@ class Usage:
 @functools.lru_cache(maxsize=64)
 def _openai_client(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
     # Cached so keep-alive connections outlive one batch. The key is part of the cache key, so a
-    # changed key builds a new client.
+    # changed key builds a new client. openai takes a second to import: imported here, only the
+    # processes that call a model pay for it, not every web worker and manage.py command.
+    import openai
+
     return openai.OpenAI(
         base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=timeout
     )
@@ -188,6 +194,8 @@ class Caller:
             )
 
     def _send(self, messages: list[dict[str, str]], waited_s: float) -> Reply:
+        import openai  # already loaded by _openai_client
+
         options = dict(self.options)
         if self.shared.structured_unsupported.is_set():
             options.pop("response_format", None)
@@ -317,7 +325,7 @@ def retry_after(headers) -> float | None:
 def _snippet(exc: openai.APIStatusError) -> str:
     body = exc.body
     if isinstance(body, dict):
-        message = body.get("message") or (body.get("error") or {}).get("message")
+        message = body.get("message") or dig(body, "error.message")
         if message:
             return str(message)[:SNIPPET]
     try:

@@ -2,8 +2,6 @@
 default. A malformed value raises ``ImproperlyConfigured`` naming the setting.
 
 =====================================  =======  ================================================
-EVALSITE_ENCRYPTION_KEY                ""       key for model-connection API keys at rest
-                                                (empty: derived from SECRET_KEY)
 EVALSITE_JUDGE_CONCURRENCY             64       model calls in flight per batch (threads)
 EVALSITE_JUDGE_MAX_WAIT_SECONDS        120      longest wait for a rate-limit slot before a
                                                 cell fails as ``rate_limited``
@@ -22,7 +20,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, str | int | float | bool] = {
-    "EVALSITE_ENCRYPTION_KEY": "",
     "EVALSITE_JUDGE_CONCURRENCY": 64,
     "EVALSITE_JUDGE_MAX_WAIT_SECONDS": 120.0,
     "EVALSITE_JUDGE_MAX_BACKOFF_SECONDS": 30.0,

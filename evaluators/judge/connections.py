@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
+from evaluators.crypto import UndecryptableKey
+from evaluators.judge.client import Caller, Shared
 from evaluators.judge.conf import setting
 from evaluators.models import ModelConnection
 from evaluators.normalize import EvaluationError
@@ -181,9 +183,6 @@ def model_connection_test(*, connection: ModelConnection, model: str = "") -> di
     Returns ``{ok, model, latency_ms, answer?, tokens?, error?}``; never raises for a failing
     endpoint.
     """
-    from evaluators.judge.client import Caller, Shared
-    from evaluators.judge.crypto import UndecryptableKey
-
     model = model or (connection.model_names or [""])[0]
     result: dict[str, Any] = {"ok": False, "model": model, "latency_ms": None}
     started = time.perf_counter()

@@ -34,6 +34,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evalsite.jsonpaths import dig
+
 QUESTION_COLUMNS = ("question", "input", "query", "prompt")
 REFERENCE_ALIASES = ("reference", "correct_answer", "ground_truth")
 CONTEXT_FIELDS = (
@@ -122,7 +124,7 @@ def trace_summary(trace: dict[str, Any] | None) -> dict[str, Any] | None:
     root = roots[0] if roots else {}
     acc = _metrics(root).get("acc") or _metrics(root).get("unit") or {}
     unit = _metrics(root).get("unit") or {}
-    duration = (unit.get("duration") or acc.get("duration") or {}).get("total")
+    duration = dig(unit.get("duration") or acc.get("duration"), "total")
     return {
         "span_count": len(spans),
         "tool_names": sorted(tools),
@@ -130,7 +132,7 @@ def trace_summary(trace: dict[str, Any] | None) -> dict[str, Any] | None:
         "error_count": sum(1 for s in spans if s.get("status") == "error"),
         "duration_ms": duration,
         "token_usage": acc.get("tokens") or None,
-        "cost_usd": (acc.get("costs") or {}).get("total"),
+        "cost_usd": dig(acc, "costs.total"),
     }
 
 
@@ -142,8 +144,7 @@ def _walk(spans: dict[str, Any]):
 
 
 def _metrics(span: dict[str, Any]) -> dict[str, Any]:
-    ag = (span.get("attributes") or {}).get("ag") or {}
-    return ag.get("metrics") or {}
+    return dig(span, "attributes.ag.metrics") or {}
 
 
 def _question(inputs: dict, correct_answer_key: str, input_messages: list) -> Any:
@@ -175,8 +176,7 @@ def _input_messages(inputs: dict, trace: dict | None) -> list[dict]:
         return found
     if isinstance(trace, dict) and isinstance(trace.get("spans"), dict):
         for root in trace["spans"].values():
-            data = (((root or {}).get("attributes") or {}).get("ag") or {}).get("data") or {}
-            found = _messages(data.get("inputs"))
+            found = _messages(dig(root, "attributes.ag.data.inputs"))
             if found:
                 return found
     return []

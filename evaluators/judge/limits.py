@@ -18,6 +18,8 @@ import time
 import redis
 from django.conf import settings
 
+from evalsite.redis_client import client_for
+
 # KEYS[1] the limiter; ARGV: emission interval (ms), burst tolerance (ms).
 # Returns 0 when the call may go now (and takes its slot), else the ms to wait before asking again.
 _ACQUIRE = """
@@ -57,20 +59,13 @@ SPEND_TTL_SECONDS = 30 * 24 * 3600
 
 
 @functools.cache
-def _client_for(url: str) -> redis.Redis:
-    # The embedded Redis is named the way kombu spells unix sockets.
-    if url.startswith("redis+socket://"):
-        url = "unix://" + url.removeprefix("redis+socket://")
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-
-
 def client() -> redis.Redis:
-    return _client_for(settings.REDIS_URL)
+    return client_for(settings.REDIS_URL)
 
 
 @functools.cache
 def _scripts(url: str):
-    connection = _client_for(url)
+    connection = client_for(url)
     return connection.register_script(_ACQUIRE), connection.register_script(_BLOCK)
 
 

@@ -21,6 +21,8 @@ import json
 
 from evaluators.judge.context import evaluation_context
 from evaluators.normalize import EvaluationError
+from evaluators.sandbox import SandboxUnavailable
+from evaluators.sandbox.script import run_script
 
 PYTHON_HELPER = '''
 """evalsite_eval: helpers for prompt-template scripts."""
@@ -130,9 +132,6 @@ STDERR_LINES = 20
 
 def script_prompt(parameters, inputs: dict, outputs, trace) -> str:
     """Run the judge's prompt script for one evaluation; its stdout is the prompt."""
-    from evaluators import sandbox
-    from evaluators.sandbox.script import run_script
-
     context = evaluation_context(
         inputs=inputs,
         outputs=outputs,
@@ -153,7 +152,7 @@ def script_prompt(parameters, inputs: dict, outputs, trace) -> str:
                 parameters.script_runtime
             ],
         )
-    except sandbox.SandboxUnavailable as exc:
+    except SandboxUnavailable as exc:
         raise EvaluationError(f"The code sandbox is unavailable: {exc}", code="sandbox_unavailable")
     if result.fault:
         raise EvaluationError(

@@ -1,4 +1,5 @@
-"""Every evaluator kind, registered on import. Add a new kind's module here."""
+"""Every evaluator kind, registered on import. Add a new kind's module here, and to the
+`kinds` independence contract in .importlinter."""
 
 from evaluators.kinds import (  # noqa: F401
     agent_score,

@@ -21,8 +21,10 @@ from pydantic import Field, field_validator, model_validator
 
 from evaluators.agents import scoring
 from evaluators.agents.extract import AgentRun, ToolCall, plain
-from evaluators.agents.parameters import AgentRunParameters
-from evaluators.kinds.base import Kind, PresetSpec, Raw, register, ui
+from evaluators.judge.batch import structured_call
+from evaluators.kinds.agent_base import AgentRunParameters
+from evaluators.kinds.base import Kind, PresetSpec, register, ui
+from evaluators.normalize import Raw
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "agents"
 COMPLETION_TOOLS = ["done", "done_tool", "finish", "final_answer"]
@@ -330,8 +332,6 @@ def _llm_scores(
     Returns ``{"goal_completion", "goal_reasoning", "plan_correctness", "plan_reasoning"}``;
     raises ``JudgeFailed`` when the call fails or answers something unusable.
     """
-    from evaluators.judge import structured_call as call
-
     if project is None:
         raise JudgeFailed("no project to find the model connection in")
     prompts = {
@@ -341,7 +341,7 @@ def _llm_scores(
     scores: dict[str, Any] = {}
     for category, prompt in prompts.items():
         try:
-            answer = call(
+            answer = structured_call(
                 project=project,
                 connection=connection_ref,
                 messages=[{"role": "user", "content": prompt}],

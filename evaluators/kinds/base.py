@@ -77,17 +77,6 @@ def ground_truth(parameters: GroundTruthParameters, inputs: dict[str, Any]) -> A
     return inputs[key]
 
 
-@dataclass
-class Raw:
-    """What a batch kind produced for one item before normalisation: a value or an error."""
-
-    value: Any = None
-    error: BaseException | None = None
-    duration_ms: float = 0.0
-    logs: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class PresetSpec:
     slug: str
@@ -110,7 +99,7 @@ class Kind:
     needs_model: bool = False
     executes: bool = True  # False for human feedback: nothing runs, people annotate
     category: str = "builtin"
-    # Optional batch entry point: (parameters, [(inputs, outputs, trace)], context) -> [Raw]
+    # Optional batch entry point: (parameters, [(inputs, outputs, trace)], context) -> [normalize.Raw]
     evaluate_many: Callable | None = None
     # Values a NEW evaluator starts with, beyond the model's defaults (code: interface version 2,
     # while a stored revision without a version means the legacy version 1).
@@ -162,19 +151,6 @@ def get_kind(key: str) -> Kind:
     except KeyError:
         known = ", ".join(sorted(REGISTRY))
         raise KeyError(f"Unknown kind {key!r}; known kinds: {known}.") from None
-
-
-def json_equal(left: Any, right: Any) -> bool:
-    """Equality as JSON means it: true is not 1 (Python says True == 1), 1 equals 1.0."""
-    if isinstance(left, bool) or isinstance(right, bool):
-        return type(left) is type(right) and left == right
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(map(json_equal, left, right))
-    if isinstance(left, dict | list) or isinstance(right, dict | list):
-        return False
-    return left == right
 
 
 # Outputs schemas shared by many kinds.

@@ -9,20 +9,21 @@ kind's. Evaluations of one batch go to a warm sandbox worker in one message (eva
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from evaluators import sandbox
 from evaluators.kinds.base import (
     GroundTruthParameters,
     Kind,
     PresetSpec,
-    Raw,
     register,
     ui,
 )
-from evaluators.normalize import EvaluationError
+from evaluators.normalize import EvaluationError, Raw
 
 Runtime = Literal["python", "javascript", "typescript"]
 
@@ -69,8 +70,6 @@ def _version(parameters: Parameters) -> str:
 
 def _revision_key(parameters: Parameters) -> str:
     # Workers compile each key once; the key must change whenever the code or interface does.
-    import hashlib
-
     digest = hashlib.sha256(
         f"{parameters.runtime}\0{_version(parameters)}\0{parameters.code}".encode()
     )
@@ -78,8 +77,6 @@ def _revision_key(parameters: Parameters) -> str:
 
 
 def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
-    from evaluators import sandbox
-
     project = context.get("project")
     calls = [
         {
@@ -133,8 +130,6 @@ def _raw(result, parameters: Parameters, inputs: dict) -> Raw:
 
 def check(parameters: Parameters) -> dict[str, list[str]]:
     """Syntax and load errors, with line numbers, before anything is saved."""
-    from evaluators import sandbox
-
     try:
         problems = sandbox.check_code(runtime=parameters.runtime, code=parameters.code)
     except sandbox.SandboxUnavailable as exc:

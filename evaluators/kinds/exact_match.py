@@ -13,10 +13,10 @@ from evaluators.kinds.base import (
     Kind,
     PresetSpec,
     ground_truth,
-    json_equal,
     register,
     ui,
 )
+from evaluators.normalize import json_equal
 
 
 class Parameters(GroundTruthParameters):

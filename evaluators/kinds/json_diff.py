@@ -13,11 +13,10 @@ from evaluators.kinds.base import (
     Kind,
     PresetSpec,
     ground_truth,
-    json_equal,
     register,
     ui,
 )
-from evaluators.normalize import EvaluationError
+from evaluators.normalize import EvaluationError, json_equal
 
 NOT_JSON = object()
 Path = tuple[str, ...]

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.judge import scores
+from evaluators.judge.batch import judge_many
 from evaluators.judge.presets import CORRECTNESS, PRESETS
 from evaluators.judge.templates import syntax_problems
 from evaluators.kinds.base import GroundTruthParameters, Kind, PresetSpec, register, ui
@@ -162,12 +163,6 @@ def _check_templates(parameters: Parameters) -> None:
         raise ValueError("; ".join(problems))
 
 
-def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str, Any]):
-    from evaluators.judge.batch import judge_many
-
-    return judge_many(parameters, items, context)
-
-
 def _outputs(parameters: Parameters) -> dict[str, Any]:
     return scores.outputs_schema(parameters)
 
@@ -180,7 +175,7 @@ kind = register(
         "script) and answers in a declared shape: binary, numeric, categorical or a rubric.",
         parameters=Parameters,
         evaluate=None,
-        evaluate_many=evaluate_many,
+        evaluate_many=judge_many,
         outputs=_outputs,
         needs_model=True,
         category="llm",

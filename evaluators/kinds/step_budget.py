@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from evaluators.agents.extract import AgentRun
-from evaluators.agents.parameters import AgentRunParameters
+from evaluators.kinds.agent_base import AgentRunParameters
 from evaluators.kinds.base import Kind, PresetSpec, register
 from evaluators.normalize import EvaluationError
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from evaluators.agents.matching import ArgumentsMode, f1_scores
-from evaluators.agents.parameters import ReferenceParameters
+from evaluators.kinds.agent_base import ReferenceParameters
 from evaluators.kinds.base import Kind, PresetSpec, register, ui
 
 UNIT = {"type": "number", "minimum": 0, "maximum": 1}

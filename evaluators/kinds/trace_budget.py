@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from evalsite.jsonpaths import dig
 from evaluators.kinds.base import Kind, KindParameters, PresetSpec, register, ui
 from evaluators.normalize import EvaluationError
 
@@ -86,9 +87,7 @@ def _root_span(trace: Any) -> dict[str, Any]:
 
 
 def _metric(root: dict[str, Any], path: tuple[str, ...]) -> float:
-    value: Any = root
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
+    value = dig(root, path)
     where = ".".join(path)
     name = root.get("name") or root.get("span_id") or "?"
     if value is None:

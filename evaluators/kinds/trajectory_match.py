@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from evaluators.agents.matching import Mode, match_trajectory
-from evaluators.agents.parameters import ReferenceParameters
+from evaluators.kinds.agent_base import ReferenceParameters
 from evaluators.kinds.base import Kind, PresetSpec, register, ui
 
 STEP = {"type": ["integer", "null"], "minimum": 1}

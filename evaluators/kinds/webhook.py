@@ -120,7 +120,7 @@ def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> Any:
     addresses = _resolve(url)
     if not settings.EVALSITE_WEBHOOK_ALLOW_PRIVATE:
         for address in addresses:
-            _refuse_private(url, address)
+            refuse_private_address(url, address)
     body = json.dumps(
         {
             "inputs": inputs,
@@ -157,7 +157,9 @@ def _resolve(url: httpx.URL) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
-def _refuse_private(url: httpx.URL, address: str) -> None:
+def refuse_private_address(url: httpx.URL, address: str) -> None:
+    """Raise ``webhook_address_refused`` unless ``address`` is public, seen through IPv4 wrapped
+    in IPv6 (mapped, 6to4, NAT64)."""
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address):
         # An IPv4 address wrapped in IPv6 is reached as that IPv4 address.

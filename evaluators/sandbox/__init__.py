@@ -22,6 +22,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from . import jail, pool
@@ -40,6 +43,7 @@ __all__ = [
     "get_runner",
     "register_runner",
     "run_batch",
+    "runner_here",
     "sandbox_status",
 ]
 
@@ -125,8 +129,24 @@ def register_runner(name: str, runner: Runner) -> None:
     _RUNNERS[name] = runner
 
 
+_HERE: ContextVar[bool] = ContextVar("sandbox_here", default=False)
+
+
+@contextmanager
+def runner_here() -> Iterator[None]:
+    """Run code on this host's own sandbox even when ``EVALSITE_CODE_RUNNER=celery``: for work
+    that already runs on a ``code`` worker (the run engine's code lane), which must not send
+    its batch to another code worker and wait for it."""
+    token = _HERE.set(True)
+    try:
+        yield
+    finally:
+        _HERE.reset(token)
+
+
 def get_runner(config: Config) -> Runner:
-    runner = _RUNNERS.get(config.runner)
+    name = "sandbox" if config.runner == "celery" and _HERE.get() else config.runner
+    runner = _RUNNERS.get(name)
     if runner is None:
         raise SandboxUnavailable(
             f"EVALSITE_CODE_RUNNER={config.runner!r} but no such runner is installed "

@@ -314,7 +314,7 @@ def _spawn_jailed(
         proc = _popen(argv, child_ends, [bpf_r, info_w], env={}, uid=uid)
         _close(info_w)
         info_w = -1
-        return proc, _read_child_pid(info_r, proc, config.start_timeout_s)
+        return proc, read_child_pid(info_r, proc, config.start_timeout_s)
     finally:
         _close(bpf_r, bpf_w, info_r, info_w)
 
@@ -351,7 +351,7 @@ def _popen(
     )
 
 
-def _read_child_pid(info_r: int, proc: subprocess.Popen[bytes], timeout: float) -> int:
+def read_child_pid(info_r: int, proc: subprocess.Popen[bytes], timeout: float) -> int:
     """bwrap reports the jail's pid 1 (our harness, thanks to ``--as-pid-1``) on its info fd."""
     deadline = time.monotonic() + timeout
     data = b""

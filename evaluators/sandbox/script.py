@@ -271,7 +271,7 @@ class _Run:
             )
             os.close(info_w)
             info_w = -1
-            pid = jail._read_child_pid(info_r, proc, config.start_timeout_s)
+            pid = jail.read_child_pid(info_r, proc, config.start_timeout_s)
         finally:
             for fd in (bpf_r, bpf_w, info_r, info_w):
                 if fd >= 0:

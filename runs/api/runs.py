@@ -15,7 +15,7 @@ from evalsite.errors import InvalidInput
 from evalsite.rest import CursorPagination
 from evaluators import selectors as evaluator_selectors
 from runs import annotations as annotation_services
-from runs import metrics, selectors, services
+from runs import engine, selectors
 from runs.applications import application_create
 from runs.models import Annotation, Application, Result, Run, RunMetrics, Testset
 
@@ -337,11 +337,10 @@ def runs(request):
         "description": data["description"],
     }
     if application is None or application.kind == Application.Kind.LOGGED:
-        run = services.run_create_logged(**common)
+        run = engine.run_create_logged(**common)
     else:
-        run = services.run_create(**common, repeats=data["repeats"])
-        if data["start"]:
-            run = services.run_start(run=run)
+        create = engine.run_submit if data["start"] else engine.run_create
+        run = create(**common, repeats=data["repeats"])
     return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -368,10 +367,10 @@ def _action(service):
     return view
 
 
-run_start = _action(services.run_start)
-run_cancel = _action(services.run_cancel)
-run_retry = _action(services.run_retry_failed)
-run_close = _action(services.run_close)
+run_start = _action(engine.run_start)
+run_cancel = _action(engine.run_cancel)
+run_retry = _action(engine.run_retry_failed)
+run_close = _action(engine.run_close)
 
 
 @extend_schema(
@@ -386,7 +385,7 @@ def run_evaluators_add(request, run_id):
     run = _run_or_404(request, run_id)
     body = RefListSerializer(data=request.data)
     body.is_valid(raise_exception=True)
-    services.run_add_evaluators(
+    engine.run_add_evaluators(
         run=run, revisions=_revisions(request.project, body.validated_data["evaluators"])
     )
     return Response(RunSerializer(_run_or_404(request, run_id)).data)
@@ -431,9 +430,8 @@ def run_scenarios(request, run_id):
     if request.method == "POST":
         body = ScenariosAddSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        added = services.scenarios_add(run=run, rows=body.validated_data["scenarios"])
+        added = engine.scenarios_add(run=run, rows=body.validated_data["scenarios"])
         return Response({"indexes": [s.index for s in added]}, status=status.HTTP_201_CREATED)
-    metrics.mappings_refresh_deferred(run)
     limit = min(_whole(request, "limit", 50), 500) or 50
     offset = _whole(request, "offset", 0)
     scenarios = list(run.scenarios.order_by("index")[offset : offset + limit])
@@ -475,7 +473,7 @@ def run_results(request, run_id):
     if request.method == "POST":
         body = ResultsLogSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        logged = services.results_log(
+        logged = engine.results_log(
             run=run, entries=body.validated_data["results"], author=request.user
         )
         ids = [r.pk for r in logged]
@@ -518,10 +516,9 @@ METRICS_SHAPE = inline_serializer(
 )
 @api_view(["GET"])
 def run_metrics(request, run_id):
-    """Run-wide statistics (refreshed first when stale), per scenario, or per time bucket."""
+    """Run-wide statistics (kept current by a refresh a few seconds after cells land, and exact
+    once the run ends), per scenario, or per time bucket."""
     run = _run_or_404(request, run_id)
-    if metrics.run_metrics_stale(run):
-        metrics.run_refresh(run=run)
     row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
     body = {"run": row.data if row else {}, "refreshed_at": row.refreshed_at if row else None}
     if request.query_params.get("scenario", "").isdigit():
@@ -541,15 +538,17 @@ def run_metrics(request, run_id):
 
 
 @extend_schema(
-    request=None, tags=TAGS, parameters=[RUN_ID], responses={200: METRICS_SHAPE, **ERROR_RESPONSES}
+    request=None, tags=TAGS, parameters=[RUN_ID], responses={202: METRICS_SHAPE, **ERROR_RESPONSES}
 )
 @api_view(["POST"])
 def run_metrics_refresh(request, run_id):
-    """Recompute the run's statistics now (idempotent; safe to call concurrently)."""
+    """Queue a recomputation of the run's statistics (idempotent; safe to call concurrently).
+    The answer holds the statistics stored now; GET the metrics again in a few seconds."""
     run = _run_or_404(request, run_id)
-    data = metrics.run_refresh(run=run)
-    run.refresh_from_db()
-    return Response({"run": data, "refreshed_at": run.metrics_refreshed_at})
+    engine.run_metrics_refresh_request(run=run)
+    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
+    body = {"run": row.data if row else {}, "refreshed_at": row.refreshed_at if row else None}
+    return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 # --- annotations --------------------------------------------------------------------------------

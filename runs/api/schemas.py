@@ -11,7 +11,8 @@ from rest_framework.response import Response
 
 from evalsite.api import ERROR_RESPONSES
 from evaluators.selectors import revision_get
-from runs import backfill, metrics
+from runs import metrics
+from runs.metrics import backfill
 
 TAGS = ["metrics"]
 REF = OpenApiParameter("ref", str, OpenApiParameter.PATH, description="Revision id or slug.")

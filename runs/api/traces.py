@@ -20,7 +20,8 @@ from rest_framework.response import Response
 
 from evalsite.api import ERROR_RESPONSES
 from evalsite.errors import InvalidInput
-from runs.ingest import (
+from runs.models import Trace
+from runs.traces import (
     JSON,
     PROTOBUF,
     TooLarge,
@@ -30,7 +31,6 @@ from runs.ingest import (
     trace_ingest,
     trace_list,
 )
-from runs.models import Trace
 
 
 class PayloadTooLarge(exceptions.APIException):

@@ -13,9 +13,10 @@ from django.urls import path
 from django.views.decorators.http import require_POST
 
 from evalsite.errors import InvalidInput
+from evalsite.templatetags.evalsite_tags import cell_value
 from evalsite.views import project_view
 from evaluators.models import Evaluator
-from runs import metrics, selectors, services
+from runs import engine, metrics, selectors
 from runs.applications import application_create
 from runs.models import Application, Run, RunMetrics, RunStatus, Testset
 
@@ -95,19 +96,18 @@ class RunForm(forms.Form):
             self.add_error("outputs_column", "Choose an application or name the outputs column.")
         return data
 
-    def application_for(self) -> Application:
+    def application_choice(self) -> dict:
+        """``application=`` an existing one, or ``new_application=`` a column application that
+        ``run_submit`` creates inside the run's own transaction."""
         if self.cleaned_data.get("application"):
-            return self.cleaned_data["application"]
+            return {"application": self.cleaned_data["application"]}
         column = self.cleaned_data["outputs_column"]
         slug = f"column-{column}"[:100].lower().replace("_", "-").replace(" ", "-")
         existing = Application.objects.filter(project=self.project, slug=slug).first()
-        return existing or application_create(
-            project=self.project,
-            name=f"Column {column}",
-            slug=slug,
-            kind="column",
-            config={"outputs_column": column},
-        )
+        if existing:
+            return {"application": existing}
+        new = {"name": f"Column {column}", "slug": slug, "kind": "column"}
+        return {"new_application": {**new, "config": {"outputs_column": column}}}
 
 
 @project_view()
@@ -116,20 +116,19 @@ def run_new(request, project):
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            run = services.run_create(
+            run = engine.run_submit(
                 project=project,
                 name=data["name"],
                 testset_version=data["testset"].head,
-                application=form.application_for(),
                 revisions=[e.head for e in data["evaluators"]],
                 repeats=data["repeats"],
                 author=request.user,
+                **form.application_choice(),
             )
         except InvalidInput as exc:
             for field, reasons in exc.fields.items():
                 form.add_error(field if field in form.fields else None, reasons[0])
         else:
-            services.run_start(run=run)
             messages.success(request, f"Run {run.name} queued.")
             return redirect("run-detail", project.slug, run.pk)
     return render(request, "runs/new.html", {"project": project, "form": form})
@@ -224,7 +223,6 @@ def _table_columns(run: Run, params, query: selectors.TableQuery) -> list[dict]:
 
 def _with_cells(rows: list[dict], columns: list[dict]) -> list[dict]:
     """Each row's visible cells, ready to print: an error, a boolean, text, or nothing yet."""
-    from evalsite.templatetags.evalsite_tags import cell_value
 
     visible = [c["name"] for c in columns if c["visible"]]
     for row in rows:
@@ -235,9 +233,6 @@ def _with_cells(rows: list[dict], columns: list[dict]) -> list[dict]:
 @project_view()
 def run_detail(request, project, run_id):
     run = _run_or_404(project, run_id)
-    if not run.is_active and metrics.run_metrics_stale(run):
-        metrics.run_refresh(run=run)
-        run.refresh_from_db()
     query = selectors.TableQuery.from_params(request.GET)
     page_number = max(
         int(request.GET.get("page", "1") or 1) if request.GET.get("page", "1").isdigit() else 1, 1
@@ -300,16 +295,16 @@ def _run_action(service, done: str):
     return view
 
 
-run_cancel = _run_action(services.run_cancel, "Run cancelled.")
-run_retry = _run_action(services.run_retry_failed, "Failed cells queued again.")
-run_close = _run_action(services.run_close, "Run closed; it is read-only now.")
+run_cancel = _run_action(engine.run_cancel, "Run cancelled.")
+run_retry = _run_action(engine.run_retry_failed, "Failed cells queued again.")
+run_close = _run_action(engine.run_close, "Run closed; it is read-only now.")
 
 
 @require_POST
 @project_view()
 def run_metrics_refresh(request, project, run_id):
-    metrics.run_refresh(run=_run_or_404(project, run_id))
-    messages.success(request, "Metrics refreshed.")
+    engine.run_metrics_refresh_request(run=_run_or_404(project, run_id))
+    messages.success(request, "Metrics refresh queued; they update in a few seconds.")
     return redirect("run-detail", project.slug, run_id)
 
 
@@ -324,7 +319,7 @@ def run_add_evaluator(request, project, run_id):
         messages.error(request, "Choose an evaluator of this project.")
         return redirect("run-detail", project.slug, run.pk)
     try:
-        services.run_add_evaluators(run=run, revisions=[evaluator.head])
+        engine.run_add_evaluators(run=run, revisions=[evaluator.head])
     except InvalidInput as exc:
         messages.error(request, next(iter(exc.fields.values()))[0])
     else:

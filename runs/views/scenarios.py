@@ -13,14 +13,14 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
 from evalsite.errors import InvalidInput
+from evalsite.jsonpaths import dig
 from evalsite.views import project_view
 from evaluators.models import Evaluator
 from runs import metrics, selectors
-from runs.annotations import scenario_annotate
+from runs.engine import PEOPLE_KINDS, scenario_annotate
 from runs.forms import AnnotationForm
-from runs.ingest import trace_dict
 from runs.models import Result, Run, Scenario
-from runs.services import PEOPLE_KINDS
+from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
 
 
 def _run_and_scenario(project, run_id, index) -> tuple[Run, Scenario]:
@@ -87,18 +87,9 @@ def _panel(run: Run, scenario: Scenario) -> list[dict]:
 def scenario_detail(request, project, run_id, index):
     run, scenario = _run_and_scenario(project, run_id, index)
     rows = selectors.scenario_rows(run, [scenario])
-    invocation = (
-        Result.objects.filter(scenario=scenario, repeat_idx=0, trace__isnull=False)
-        .select_related("trace")
-        .first()
-    )
-    trace = (
-        trace_dict(invocation.trace)
-        if invocation
-        else (trace_dict(scenario.trace) if scenario.trace else None)
-    )
-    root = next(iter(trace["spans"].values()), {}) if trace else {}
-    outputs = root.get("attributes", {}).get("ag", {}).get("data", {}).get("outputs")
+    invocation = scenario_invocation_trace(scenario)
+    trace = trace_dict(invocation) if invocation else None
+    outputs = dig(next(iter(trace["spans"].values()), {}) if trace else {}, OUTPUTS_PATH)
     neighbours = run.scenarios.order_by("index").values_list("index", flat=True)
     previous = neighbours.filter(index__lt=index).order_by("-index").first()
     following = neighbours.filter(index__gt=index).first()

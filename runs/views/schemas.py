@@ -13,7 +13,8 @@ from django.urls import path
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
 from evaluators.selectors import revision_get
-from runs import backfill, metrics
+from runs import metrics
+from runs.metrics import backfill
 
 
 @project_view()

@@ -8,8 +8,8 @@ from django.shortcuts import render
 from django.urls import path
 
 from evalsite.views import project_view
-from runs.ingest import trace_dict, trace_list
 from runs.models import Trace
+from runs.traces import trace_dict, trace_list
 
 PAGE_SIZE = 50
 

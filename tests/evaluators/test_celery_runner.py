@@ -22,10 +22,10 @@ from evaluators.sandbox.pool import registry
 from evaluators.sandbox_celery import CeleryRunner
 from evaluators.services import evaluation_invoke, evaluations_invoke_many, evaluator_create
 from runs.applications import application_create
+from runs.engine import run_create, run_start
 from runs.models import Result, Run
-from runs.services import run_create, run_start
 from tests.runs.factories import CAPITALS, make_testset
-from tests.runs.test_reliability import Broker, _database_url
+from tests.runs.test_reliability import Broker, database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -88,7 +88,7 @@ class Worker:
         self.log = tmp_path / f"worker-{queues.replace(',', '-')}.log"
         env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": database_url(),
             "CELERY_BROKER_URL": broker.url,
             "REDIS_URL": broker.url,
             # The same setting as the web side: the worker must still run the code itself.

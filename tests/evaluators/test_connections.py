@@ -3,7 +3,7 @@
 
 import pytest
 
-from evaluators.judge import crypto
+from evaluators import crypto
 from evaluators.judge.connections import model_connection_create
 from evaluators.models import ModelConnection
 from evaluators.services import evaluation_invoke

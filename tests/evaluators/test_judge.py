@@ -6,9 +6,11 @@ import time
 
 import pytest
 
+from evaluators.judge.batch import structured_call
 from evaluators.judge.limits import Limiter
 from evaluators.kinds import get_kind
 from evaluators.models import EvaluatorRevision, ModelConnection
+from evaluators.normalize import EvaluationError
 from evaluators.services import evaluation_invoke, evaluations_invoke_many, evaluator_create
 from runs.models import Trace
 from tests.llm_server import MODEL_API_KEY, completion, failure
@@ -597,8 +599,6 @@ ANSWER_SCHEMA = {
 def test_structured_call_returns_the_checked_answer_and_traces_it(
     project, llm_connection, llm_server
 ):
-    from evaluators.judge import structured_call
-
     llm_server.queue("not json", {"reasoning": "fine", "score": 0.4})
     messages = [{"role": "user", "content": "Grade this."}]
     answer = structured_call(
@@ -617,9 +617,6 @@ def test_structured_call_returns_the_checked_answer_and_traces_it(
 
 
 def test_structured_call_raises_what_went_wrong(project, llm_connection, llm_server):
-    from evaluators.judge import structured_call
-    from evaluators.normalize import EvaluationError
-
     llm_server.answer = failure(401, "bad key")
     with pytest.raises(EvaluationError) as caught:
         structured_call(project=project, connection="local", messages=[], schema=ANSWER_SCHEMA)

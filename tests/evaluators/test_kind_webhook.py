@@ -7,7 +7,7 @@ import pytest
 
 from evalsite.errors import InvalidInput
 from evaluators.kinds import get_kind
-from evaluators.kinds.webhook import _refuse_private
+from evaluators.kinds.webhook import refuse_private_address
 from evaluators.normalize import EvaluationError
 from evaluators.services import evaluation_invoke, parameters_validate
 from tests.servers import Reply
@@ -202,12 +202,12 @@ def test_it_refuses_private_and_link_local_addresses(url, what):
 )
 def test_it_refuses_private_addresses_in_disguise(address):
     with pytest.raises(EvaluationError):
-        _refuse_private(httpx.URL("http://example.test/"), address)
+        refuse_private_address(httpx.URL("http://example.test/"), address)
 
 
 @pytest.mark.parametrize("address", ["93.184.215.14", "2606:4700::1111"])
 def test_it_lets_public_addresses_through(address):
-    _refuse_private(httpx.URL("http://example.test/"), address)
+    refuse_private_address(httpx.URL("http://example.test/"), address)
 
 
 def test_it_fails_for_a_host_that_does_not_resolve():

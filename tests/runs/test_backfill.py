@@ -6,8 +6,8 @@ import pytest
 from evaluators.models import EvaluatorRevision
 from evaluators.services import evaluator_create
 from runs.applications import application_create
+from runs.engine import run_create, run_execute_inline
 from runs.models import Run
-from runs.services import run_create, run_execute_inline
 from tests.runs.factories import CAPITALS, make_testset
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -11,10 +11,16 @@ import pytest
 from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create, evaluator_revise
 from runs import compare, testsets
-from runs.annotations import scenario_annotate
 from runs.applications import application_create
+from runs.engine import (
+    results_log,
+    run_close,
+    run_create,
+    run_create_logged,
+    run_execute_inline,
+    scenario_annotate,
+)
 from runs.models import Application
-from runs.services import results_log, run_close, run_create, run_create_logged, run_execute_inline
 from tests.runs.factories import CAPITALS, make_testset
 
 JUDGE_SCHEMA = {

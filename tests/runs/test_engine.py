@@ -5,19 +5,14 @@ import pytest
 
 from evaluators.services import evaluator_create
 from runs.applications import application_create
+from runs.engine import run_add_evaluators, run_create, run_retry_failed, run_start
 from runs.models import Annotation, Result, Run, Scenario
-from runs.services import run_add_evaluators, run_create, run_retry_failed, run_start
 from tests.runs.factories import CAPITALS, make_testset
 
 
 @pytest.fixture(autouse=True)
-def _eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from evalsite.celery import app
-
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
+def _eager(celery_eager):
+    """Tasks run inline in these tests."""
 
 
 @pytest.fixture

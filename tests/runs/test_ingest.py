@@ -6,8 +6,8 @@ import pytest
 
 from evalsite.errors import InvalidInput
 from evaluators.samples import SAMPLE_TRACE
-from runs.ingest import TooLarge, trace_dict, trace_ingest, trace_record
 from runs.models import Span, Trace
+from runs.traces import TooLarge, trace_dict, trace_ingest, trace_record
 
 T = "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -22,8 +22,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from evalsite.models import Role
 from evalsite.services import api_key_create
-from runs.ingest import trace_dict
 from runs.models import Span, Trace
+from runs.traces import trace_dict
 
 URL = "/api/v1/otlp/v1/traces"
 TRACE = "5b8efff798038103d269b633813fc60c"

@@ -12,8 +12,8 @@ import pytest
 from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create
 from runs import metrics, online
-from runs.ingest import trace_ingest, trace_record
 from runs.models import Annotation, Result, RunMetrics, Scenario, Trace
+from runs.online import evaluate as online_evaluate_module
 from runs.online import (
     online_backfill,
     online_backfill_progress,
@@ -25,18 +25,14 @@ from runs.online import (
     online_rule_resume,
     online_sampled,
 )
+from runs.traces import trace_ingest, trace_record
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
-def _eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from evalsite.celery import app
-
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
+def _eager(celery_eager):
+    """Tasks run inline in these tests."""
 
 
 @pytest.fixture
@@ -173,7 +169,7 @@ def test_it_samples_deterministically_by_trace_id(project, paris):
     rule = online_rule_create(
         project=project, name="Quarter", revision=paris, sampling_rate=0.25, active=False
     )
-    in_sql = set(online._candidates(rule).values_list("trace_id", flat=True))
+    in_sql = set(online.rule_candidates(rule).values_list("trace_id", flat=True))
     assert in_sql == {t for t, sampled in zip(ids, first, strict=True) if sampled}
 
 
@@ -271,12 +267,16 @@ def test_it_leaves_a_trace_being_evaluated_to_its_evaluator(project, paris):
     rule = online_rule_create(project=project, name="Capital QA", revision=paris, active=False)
     traces = trace_ingest(project=project, spans=[root("t-1")])
     rule = online_rule_resume(rule=rule)
-    found = list(online._candidates(rule))
-    scenario = online._scenarios_ensure(rule, found, online._root_attributes(found))[0]
-    assert online._claim([scenario]) == [scenario]  # another worker is evaluating it now
+    found = list(online.rule_candidates(rule))
+    scenario = online_evaluate_module._scenarios_ensure(
+        rule, found, online_evaluate_module._root_attributes(found)
+    )[0]
+    assert online_evaluate_module._claim([scenario]) == [
+        scenario
+    ]  # another worker is evaluating it now
     assert online_evaluate_traces(rule=rule, traces=traces) == 0
     assert not Annotation.objects.exists()
-    online._release([scenario])  # that worker gave up: the next delivery does it
+    online_evaluate_module._release([scenario])  # that worker gave up: the next delivery does it
     assert online_evaluate_traces(rule=rule, traces=traces) == 1
     assert Annotation.objects.count() == 1
 

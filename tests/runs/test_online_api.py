@@ -6,19 +6,14 @@ from __future__ import annotations
 import pytest
 
 from evaluators.services import evaluator_create
-from runs.ingest import trace_ingest
 from runs.models import OnlineRule, Run
+from runs.traces import trace_ingest
 from tests.runs.test_online import T0, root
 
 
 @pytest.fixture(autouse=True)
-def _eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from evalsite.celery import app
-
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
+def _eager(celery_eager):
+    """Tasks run inline in these tests."""
 
 
 @pytest.fixture

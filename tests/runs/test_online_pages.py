@@ -6,22 +6,17 @@ from __future__ import annotations
 import pytest
 
 from evaluators.services import evaluator_create
-from runs.ingest import trace_ingest
 from runs.models import OnlineRule
 from runs.online import online_rule_create, online_rule_pause
+from runs.traces import trace_ingest
 from tests.runs.test_online import T0, root
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture(autouse=True)
-def _eager(settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from evalsite.celery import app
-
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
+def _eager(celery_eager):
+    """Tasks run inline in these tests."""
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""The engine under failure, with real Celery worker processes and a real Redis broker:
-a worker killed with SIGKILL mid-run, and a broker restarted (empty) mid-run. Either way the
-run completes with every cell present exactly once and nothing written twice."""
+"""The engine under failure, with real Celery worker processes and a real Redis broker, on the
+DEFAULT lease, sweep and resend settings (nothing shrunk for the test): a worker killed with
+SIGKILL mid-run, and a broker restarted (empty) mid-run. Either way the run completes within a
+minute with every cell present exactly once and nothing written twice, and what was paid for
+(application calls, model calls) before the kill is not paid for again."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -20,8 +23,8 @@ from django.conf import settings
 from evalsite.celery import QUEUES, app
 from evaluators.services import evaluator_create
 from runs.applications import application_create
-from runs.models import Annotation, Result, Run, Trace
-from runs.services import run_create, run_start
+from runs.engine import run_create, run_start
+from runs.models import Annotation, Result, Run, Trace, WorkUnit
 from tests.runs.factories import make_testset
 from tests.servers import Reply
 
@@ -92,7 +95,7 @@ def broker(tmp_path, monkeypatch):
     app._pool = app.amqp._producer_pool = None
 
 
-def _database_url() -> str:
+def database_url() -> str:
     db = settings.DATABASES["default"]
     host = db["HOST"] or "127.0.0.1"
     host = quote(host, safe="") if host.startswith("/") else host
@@ -104,19 +107,21 @@ class Workers:
     def __init__(self, broker: Broker, tmp_path: Path):
         self.env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": database_url(),
             "CELERY_BROKER_URL": broker.url,
-            "CELERY_VISIBILITY_TIMEOUT": "4",
-            "EVALSITE_RUN_STALL_SECONDS": "6",
-            "EVALSITE_STALL_CHECK_SECONDS": "2",
             "EVALSITE_APPLICATIONS_ALLOW_PRIVATE": "1",
-            "EVALSITE_RUN_CHUNK_SIZE": "10",
+            "EVALSITE_MODELS_ALLOW_PRIVATE": "1",
+            "EVALSITE_RUN_CHUNK_SIZE": "20",  # more units than one; not a recovery setting
         }
+        for name in list(self.env):  # the defaults, whatever the calling shell has set
+            if name.startswith(("EVALSITE_UNIT_", "CELERY_VISIBILITY", "EVALSITE_METRICS_")):
+                del self.env[name]
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen] = []
 
-    def start(self) -> subprocess.Popen:
+    def start(self, queues=QUEUES, beat: bool = True) -> subprocess.Popen:
         log = open(self.tmp_path / f"worker-{len(self.started)}.log", "w")  # noqa: SIM115
+        schedule = ["--beat", "--schedule", str(self.tmp_path / f"beat-{len(self.started)}")]
         worker = subprocess.Popen(
             [
                 sys.executable,
@@ -125,11 +130,9 @@ class Workers:
                 "-A",
                 "evalsite",
                 "worker",
-                "--beat",
-                "--schedule",
-                str(self.tmp_path / f"beat-{len(self.started)}"),
+                *(schedule if beat else []),
                 "-Q",
-                ",".join(QUEUES),
+                ",".join(queues),
                 "--concurrency",
                 "2",
                 "-l",
@@ -149,6 +152,13 @@ class Workers:
     def kill(self, worker: subprocess.Popen) -> None:
         os.killpg(worker.pid, signal.SIGKILL)  # the main process and its pool, no goodbyes
         worker.wait()
+
+    def holding(self, pid: int) -> subprocess.Popen:
+        """The started worker whose pool process is ``pid``."""
+        for worker in self.started:
+            if worker.poll() is None and pid in {worker.pid, *_descendants(worker.pid)}:
+                return worker
+        raise AssertionError(f"no live worker runs process {pid}")
 
     def stop_all(self) -> None:
         for worker in self.started:
@@ -181,6 +191,12 @@ def slow_app_run(project, http_server):
     )
     exact = evaluator_create(project=project, kind="exact_match", name="Exact").head
     return run_create(project=project, testset_version=version, application=app_, revisions=[exact])
+
+
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    children = {int(p) for p in out.stdout.split()}
+    return children.union(*(_descendants(c) for c in children)) if children else children
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -242,3 +258,79 @@ def test_it_completes_a_run_when_the_broker_restarts_empty_mid_run(slow_app_run,
         "the run to end",
     )
     _assert_complete_once(run)
+
+
+# A code evaluator that takes a while on one scenario: the kill lands while a worker computes it,
+# after the unit's application calls were stored (the engine writes them before evaluating).
+SLOW_ON_50 = (
+    "import time\n"
+    "def evaluate(inputs, outputs, trace):\n"
+    "    if inputs['q'] == 50:\n"
+    "        time.sleep(4)\n"
+    "    return outputs == inputs['correct_answer']\n"
+)
+
+
+def test_it_finishes_within_a_minute_of_a_sigkill_and_pays_for_nothing_twice(
+    project, http_server, llm_server, llm_connection, workers
+):
+    http_server.handler = lambda request: Reply(
+        200, {"outputs": request.json()["inputs"]["answer"]}, delay=0.005
+    )
+    version = make_testset(
+        project, [{"q": i, "answer": str(i % 7), "correct_answer": str(i % 5)} for i in range(ROWS)]
+    )
+    app_ = application_create(
+        project=project,
+        name="Slow bot",
+        kind="http",
+        config={"url": http_server.url, "concurrency": 2, "retries": 0, "timeout_s": 5},
+    )
+    revisions = [
+        evaluator_create(project=project, kind="exact_match", name="Exact").head,
+        evaluator_create(
+            project=project, kind="code", name="Slow", parameters={"code": SLOW_ON_50}
+        ).head,
+        evaluator_create(
+            project=project, kind="llm_judge", name="Judge", parameters={"connection": "local"}
+        ).head,
+    ]
+    run = run_create(
+        project=project, testset_version=version, application=app_, revisions=revisions
+    )
+    # The deployment the README shows: runs workers, and an llm worker that also runs beat.
+    workers.start(queues=("llm", "default"), beat=True)
+    for _ in range(2):
+        workers.start(queues=("runs", "code", "ingest"), beat=False)
+    run_start(run=run)
+    invoked_50 = Result.objects.filter(run=run, scenario__index=50, step_key="application-slow-bot")
+    _wait(invoked_50.exists, 60, "the invocation of scenario 50")
+    unit = WorkUnit.objects.get(run=run, lane="runs", first__lte=50, last__gte=50)
+    assert (
+        unit.status == "leased"
+        and not Result.objects.filter(
+            run=run, scenario__index=50, step_key="evaluator-slow-v1"
+        ).exists()
+    ), "scenario 50 was evaluated before the kill"
+    pid = int(unit.owner.split(":")[1])
+    workers.kill(workers.holding(pid))
+    killed_at = time.monotonic()
+    _wait(
+        lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
+        90,
+        "the run to end",
+    )
+    recovered_s = time.monotonic() - killed_at
+    assert recovered_s < 60, f"the run ended {recovered_s:.1f} s after the kill"
+    run.refresh_from_db()
+    assert run.status == "success", run.status
+    cells = ROWS * (2 + len(revisions))
+    assert run.done_cells == run.total_cells == cells
+    assert Result.objects.filter(run=run).count() == cells
+    assert Annotation.objects.count() == ROWS * len(revisions)
+    calls = Counter(r.json()["inputs"]["q"] for r in http_server.requests)
+    assert set(calls) == set(range(ROWS)) and set(calls.values()) == {1}, (
+        "an application call twice"
+    )
+    assert len(llm_server.calls) == ROWS, "a judge call made twice"
+    assert WorkUnit.objects.get(pk=unit.pk).attempts == 2

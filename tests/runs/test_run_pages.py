@@ -5,8 +5,8 @@ import pytest
 
 from evaluators.services import evaluator_create
 from runs.applications import application_create
+from runs.engine import run_create, run_execute_inline
 from runs.models import Annotation, Result, Run
-from runs.services import run_create, run_execute_inline
 from tests.runs.factories import CAPITALS, make_testset
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -2,6 +2,7 @@
 the SDK-style flow, must still get columns with values in every row and real metrics, and its
 annotations must be found by id and by slug alike."""
 
+from runs.engine import read_model_refresh
 from runs.models import Annotation
 from tests.runs.factories import make_testset
 
@@ -52,6 +53,9 @@ def _sdk_run(api, project):
 
 def test_it_fills_columns_for_an_evaluator_without_a_schema(api, project):
     run, _ = _sdk_run(api, project)
+    # GETs only read: the columns come from the refresh a worker runs a moment after the cells.
+    assert api.get(f"/api/v1/runs/{run['id']}/scenarios").json()["columns"]
+    read_model_refresh(run_id=run["id"])
     table = api.get(f"/api/v1/runs/{run['id']}/scenarios").json()
     names = {c["column"]["name"]: c for c in table["columns"]}
     assert {"my-judge.score", "my-judge.success", "my-judge.label"} <= set(names)

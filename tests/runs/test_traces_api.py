@@ -3,8 +3,8 @@
 import pytest
 
 from evaluators.samples import SAMPLE_TRACE
-from runs.ingest import trace_dict, trace_ingest
 from runs.models import Span, Trace
+from runs.traces import trace_dict, trace_ingest
 
 URL = "/api/v1/traces"
 

@@ -1,7 +1,7 @@
 """Trace pages, full and as HTMX fragments."""
 
 from evaluators.samples import SAMPLE_TRACE
-from runs.ingest import trace_ingest, trace_record
+from runs.traces import trace_ingest, trace_record
 from runs.views import traces as views
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

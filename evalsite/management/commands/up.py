@@ -30,25 +30,23 @@ class Command(BaseCommand):
             call_command("demo_data")
         env = {**os.environ, "DATABASE_URL": os.environ.get("DATABASE_URL", "")}
         children = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "evalsite",
-                    "worker",
-                    "--beat",  # one beat: it re-dispatches runs whose messages were lost
-                    "--schedule",
-                    str(settings.DATA_DIR / "celerybeat-schedule"),
-                    "-l",
-                    "info",
-                    "-Q",
-                    ",".join(QUEUES),
-                    "--concurrency",
-                    os.environ.get("WORKER_CONCURRENCY", "2"),
+            # Application calls, cheap evaluators, sandboxed code, online rules, and the one beat
+            # (its sweeper re-queues units whose worker died).
+            _worker(
+                env,
+                queues=[q for q in QUEUES if q != "llm"],
+                concurrency=os.environ.get("WORKER_CONCURRENCY", "2"),
+                extra=[
+                    *("-n", "runs@%h", "--beat"),
+                    *("--schedule", str(settings.DATA_DIR / "celerybeat-schedule")),
                 ],
-                env=env,
+            ),
+            # Model calls wait on the network: many at once in threads, not processes.
+            _worker(
+                env,
+                queues=["llm"],
+                concurrency=os.environ.get("LLM_WORKER_CONCURRENCY", "8"),
+                extra=["-n", "llm@%h", "--pool", "threads"],
             ),
             subprocess.Popen(
                 [
@@ -93,3 +91,9 @@ class Command(BaseCommand):
         failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM, None)]
         if failed:
             sys.exit(1)
+
+
+def _worker(env: dict, *, queues: list[str], concurrency: str, extra: list[str]):
+    command = [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "-l", "info"]
+    command += ["-Q", ",".join(queues), "--concurrency", concurrency, *extra]
+    return subprocess.Popen(command, env=env)

@@ -1,10 +1,5 @@
-"""Schema backfill: repair evaluator revisions stored without ``schemas.outputs``.
-
-An operator sees which revisions lack a schema (with how many annotations and runs use each),
-reads the schema inferred from every stored output, adjusts it, and applies it. The revision
-records it as inferred (who, when), every affected run gets new mappings and refreshed metrics
-(one Celery task per run), and outputs that disagree with the schema are listed, not dropped.
-"""
+"""Schema backfill for revisions saved without an outputs schema: candidates, apply once,
+refresh the affected runs, list the outputs that disagree."""
 
 from __future__ import annotations
 
@@ -20,7 +15,10 @@ from evalsite.errors import InvalidInput
 from evalsite.models import Project
 from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
-from runs import metrics
+from runs import queue
+from runs.metrics.mappings import mappings_build
+from runs.metrics.schema import schema_metrics
+from runs.metrics.stats import run_refresh
 from runs.models import Annotation, Run
 
 
@@ -64,7 +62,7 @@ def schema_validate(schema: Any) -> dict[str, Any]:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise InvalidInput({"schema": [f"Not a valid JSON Schema: {exc.message}"]})
-    if not metrics.schema_metrics(schema):
+    if not schema_metrics(schema):
         raise InvalidInput({"schema": ["The schema names no property that makes a metric."]})
     return schema
 
@@ -96,22 +94,15 @@ def schema_backfill_apply(
     revision.schema_inferred_by = author if getattr(author, "pk", None) else None
     revision.save(update_fields=["schemas", "schema_inferred_at", "schema_inferred_by"])
     run_ids = list(affected_runs(revision).values_list("pk", flat=True))
-    transaction.on_commit(lambda: _queue_refreshes(run_ids))
+    queue.runs_refresh(run_ids)
     return revision
-
-
-def _queue_refreshes(run_ids: list[int]) -> None:
-    from runs.tasks import run_mappings_and_metrics_refresh
-
-    for run_id in run_ids:
-        run_mappings_and_metrics_refresh.delay(run_id)
 
 
 def run_mappings_and_metrics_refresh(*, run_id: int) -> None:
     run = Run.objects.select_related("testset_version", "application").get(pk=run_id)
-    Run.objects.filter(pk=run_id).update(mappings=metrics.mappings_build(run))
+    Run.objects.filter(pk=run_id).update(mappings=mappings_build(run))
     run.refresh_from_db()
-    metrics.run_refresh(run=run)
+    run_refresh(run=run)
 
 
 def disagreeing_outputs(

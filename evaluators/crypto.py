@@ -1,4 +1,5 @@
-"""Encryption at rest for model-connection API keys (Fernet: AES-128-CBC + HMAC-SHA256).
+"""Encryption at rest for model-connection API keys (Fernet: AES-128-CBC + HMAC-SHA256), used
+by ``ModelConnection.set_api_key`` and ``ModelConnection.api_key``.
 
 The Fernet key is derived with HKDF-SHA256 from ``EVALSITE_ENCRYPTION_KEY`` when it is set, else
 from ``SECRET_KEY``. Encrypting always uses the first key; decrypting tries ``EVALSITE_ENCRYPTION_KEY``,
@@ -15,8 +16,6 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
-
-from evaluators.judge.conf import setting
 
 _INFO = b"evalsite model-connection api keys v1"
 
@@ -36,7 +35,7 @@ def _fernet(secrets: tuple[str, ...]) -> MultiFernet:
 
 
 def _current() -> MultiFernet:
-    dedicated = setting("EVALSITE_ENCRYPTION_KEY")
+    dedicated = settings.EVALSITE_ENCRYPTION_KEY
     secrets = [dedicated] if dedicated else []
     secrets += [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
     return _fernet(tuple(dict.fromkeys(secrets)))

@@ -1,4 +1,5 @@
-"""Settings the agent kinds share: where the run is, and where its reference trajectory is."""
+"""The base of the agent kinds (agent_score, step_budget, tool_call_f1, trajectory_match): the
+settings they share, where the run is and where its reference trajectory is."""
 
 from __future__ import annotations
 

@@ -1,0 +1,20 @@
+"""The Redis every host shares (``REDIS_URL``): rate limits, spend and debounce keys."""
+
+from __future__ import annotations
+
+import functools
+
+import redis
+from django.conf import settings
+
+
+@functools.cache
+def client_for(url: str) -> redis.Redis:
+    # The embedded Redis is named the way kombu spells unix sockets.
+    if url.startswith("redis+socket://"):
+        url = "unix://" + url.removeprefix("redis+socket://")
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def client() -> redis.Redis:
+    return client_for(settings.REDIS_URL)

@@ -1,0 +1,83 @@
+"""The run engine: runs created and submitted, cut into leased work units, cells computed and
+written once, progress and the end of a run, operations, and SDK-style logged runs."""
+
+from runs.engine.annotate import scenario_annotate
+from runs.engine.cells import (
+    Cell,
+    LeaseLost,
+    cells_write,
+    run_counters_add,
+    scenario_statuses_update,
+)
+from runs.engine.create import run_create, run_execute_inline, run_start, run_submit
+from runs.engine.locks import run_check_open, run_locked
+from runs.engine.logged import results_log, run_create_logged, scenarios_add
+from runs.engine.operations import (
+    run_add_evaluators,
+    run_cancel,
+    run_close,
+    run_retry_failed,
+    run_slug_name,
+)
+from runs.engine.process import run_dispatch, unit_fail, unit_process, unit_work, units_sweep
+from runs.engine.progress import (
+    read_model_refresh,
+    run_final_status,
+    run_finish_if_complete,
+    run_is_logged,
+    run_mark_failed,
+    run_metrics_refresh_request,
+    run_progress_update,
+)
+from runs.engine.steps import (
+    PEOPLE_KINDS,
+    annotation_step,
+    step_key_for_application,
+    step_key_for_revision,
+    step_key_for_testset,
+    step_lane,
+)
+from runs.engine.units import unit_claim, units_plan
+
+__all__ = [
+    "PEOPLE_KINDS",
+    "Cell",
+    "LeaseLost",
+    "annotation_step",
+    "cells_write",
+    "read_model_refresh",
+    "results_log",
+    "run_add_evaluators",
+    "run_cancel",
+    "run_check_open",
+    "run_close",
+    "run_counters_add",
+    "run_create",
+    "run_create_logged",
+    "run_dispatch",
+    "run_execute_inline",
+    "run_final_status",
+    "run_finish_if_complete",
+    "run_is_logged",
+    "run_locked",
+    "run_mark_failed",
+    "run_metrics_refresh_request",
+    "run_progress_update",
+    "run_retry_failed",
+    "run_slug_name",
+    "run_start",
+    "run_submit",
+    "scenario_annotate",
+    "scenario_statuses_update",
+    "scenarios_add",
+    "step_key_for_application",
+    "step_key_for_revision",
+    "step_key_for_testset",
+    "step_lane",
+    "unit_claim",
+    "unit_fail",
+    "unit_process",
+    "unit_work",
+    "units_plan",
+    "units_sweep",
+]

@@ -1,0 +1,90 @@
+"""Progress and the end of a run."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from runs import metrics, queue
+from runs.models import (
+    ACTIVE_RUN_STATUSES,
+    FINAL_RESULT_STATUSES,
+    Application,
+    Result,
+    ResultStatus,
+    Run,
+    RunStatus,
+    StepType,
+)
+
+
+def run_progress_update(*, run_id: int) -> Run:
+    """Recount a run's cells (logged runs, whose cells the client may log again in any order)
+    and end a computed run when every cell is final. The engine itself never recounts: its
+    writes add to the counters as they go."""
+    counts = Result.objects.filter(run_id=run_id).aggregate(
+        done=Count("id", filter=Q(status__in=FINAL_RESULT_STATUSES)),
+        errors=Count("id", filter=Q(status=ResultStatus.ERROR)),
+    )
+    Run.objects.filter(pk=run_id).update(
+        done_cells=counts["done"], error_cells=counts["errors"], progressed_at=timezone.now()
+    )
+    return run_finish_if_complete(run_id=run_id)
+
+
+def run_finish_if_complete(*, run_id: int) -> Run:
+    run = Run.objects.select_related("application").get(pk=run_id)
+    if (
+        run.status == RunStatus.RUNNING
+        and not run_is_logged(run)
+        and not run.is_online
+        and run.total_cells
+        and run.done_cells >= run.total_cells
+    ):
+        run_finish(run=run)
+    return run
+
+
+def run_is_logged(run: Run) -> bool:
+    """A run whose cells the client logs ends when the client closes it, never on its own."""
+    return run.application is None or run.application.kind == Application.Kind.LOGGED
+
+
+def run_final_status(run: Run) -> str:
+    """success; errors when some cells failed; failure when nothing but the inputs succeeded."""
+    if not run.error_cells:
+        return RunStatus.SUCCESS
+    succeeded = Result.objects.filter(run=run, status=ResultStatus.SUCCESS).exclude(
+        step_key__in=run.steps.filter(type=StepType.INPUT).values("key")
+    )
+    return RunStatus.ERRORS if succeeded.exists() else RunStatus.FAILURE
+
+
+def run_finish(*, run: Run) -> None:
+    status = run_final_status(run)
+    if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=status, finished_at=timezone.now()
+    ):
+        run.status = status
+        read_model_refresh(run_id=run.pk)
+
+
+def read_model_refresh(*, run_id: int) -> None:
+    """Bring a run's read model up to date: per-scenario statistics of the scenarios whose cells
+    landed since the last refresh, then the run-wide statistics, mappings and inferred schemas.
+    Runs on Celery (debounced after writes) and at the end of a run, never in a request."""
+    dirty = queue.read_model_refresh_started(run_id)
+    run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
+    metrics.scenarios_refresh(run=run, scenario_ids=dirty)
+    metrics.run_refresh(run=run, scenario_ids=dirty)
+
+
+def run_mark_failed(*, run_id: int, error: dict) -> None:
+    Run.objects.filter(pk=run_id, status__in=ACTIVE_RUN_STATUSES).update(
+        status=RunStatus.FAILURE, error=error, finished_at=timezone.now()
+    )
+
+
+def run_metrics_refresh_request(*, run: Run) -> None:
+    """Someone asked for fresh statistics (a button, the API): a refresh on Celery, at once."""
+    queue.read_model_refresh(run.pk)

@@ -1,0 +1,135 @@
+"""Queueing the runs app's Celery work. Services call these instead of importing tasks: a task
+is looked up by name in the Celery app (registered when the worker or the web process loads the
+app's tasks), so services never import ``runs.tasks`` and tasks may import every service.
+
+Everything is sent after the current transaction commits, so a worker never looks for rows that
+are not there yet."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import current_app
+from django.db import connection, transaction
+
+from evalsite.redis_client import client as redis_client
+from runs import conf
+from runs.models import OnlineRule
+
+logger = logging.getLogger(__name__)
+
+# Keys carry the database's name: two sites (or a test run) sharing one Redis never mix runs.
+REFRESH_KEY = "evalsite:{db}:runs:refresh:{run_id}"
+DIRTY_KEY = "evalsite:{db}:runs:dirty:{run_id}"  # scenarios whose cells landed since the refresh
+
+
+def _key(template: str, run_id: int) -> str:
+    return template.format(db=connection.settings_dict["NAME"], run_id=run_id)
+
+
+def send(name: str, args: tuple | list = (), **options) -> None:
+    """Queue task ``name`` once the transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: send_now(name, args, **options))
+
+
+def send_now(name: str, args: tuple | list = (), **options) -> None:
+    if name not in current_app.tasks:
+        # A web process has not loaded the apps' task modules yet: autodiscovery does, once.
+        current_app.loader.import_default_modules()
+    # The registered task honours task_always_eager (tests) and its own options.
+    current_app.tasks[name].apply_async(tuple(args), **options)
+
+
+def run_dispatch(run_id: int) -> None:
+    send("runs.tasks.run_dispatch", (run_id,))
+
+
+def units_work(run_id: int, lane: str, count: int = 1, countdown: float | None = None) -> None:
+    """One message per unit to claim: each claims whichever queued unit of the run's lane comes
+    next, so a message lost or doubled never loses or doubles work."""
+    for _ in range(count):
+        send("runs.tasks.unit_work", (run_id, lane), queue=lane, countdown=countdown)
+
+
+def read_model_refresh(run_id: int, scenario_ids: list[int] = ()) -> None:
+    """Debounced refresh of a run's metrics, mappings and inferred schemas. The scenarios whose
+    cells land are added to a set in the shared Redis (now, and again after the commit, so a
+    refresh that took the set in between misses none); the first request after a refresh sets a
+    key and queues the task a moment later, the others ride along. The task deletes the key
+    when it starts, so cells that land during a refresh queue the next one: the read model
+    trails the last cell by a few seconds."""
+    ids = list(scenario_ids)
+    _dirty_add(run_id, ids)
+
+    def queue() -> None:
+        if _dirty_add(run_id, ids, debounce=True):
+            send_now(
+                "runs.tasks.run_read_model_refresh",
+                (run_id,),
+                countdown=conf.refresh_delay_seconds(),
+            )
+
+    transaction.on_commit(queue)
+
+
+def _dirty_add(run_id: int, ids: list[int], debounce: bool = False) -> bool:
+    """Returns whether a refresh should be queued (always, when Redis cannot be reached)."""
+    try:
+        pipe = redis_client().pipeline()
+        if ids:
+            pipe.sadd(_key(DIRTY_KEY, run_id), *ids)
+            pipe.expire(_key(DIRTY_KEY, run_id), 86400)
+        if debounce:
+            pipe.set(_key(REFRESH_KEY, run_id), 1, nx=True, ex=300)
+        results = pipe.execute()
+    except Exception:  # no Redis: refresh every time rather than never
+        logger.warning("no Redis for the refresh debounce of run %s", run_id, exc_info=True)
+        return True
+    return bool(results[-1]) if debounce else False
+
+
+def read_model_refresh_started(run_id: int) -> list[int] | None:
+    """Called by the refresh as it starts: later cells queue another one. Returns the scenarios
+    whose cells landed since the last refresh, or None when that is unknown (refresh them all)."""
+    key = _key(DIRTY_KEY, run_id)
+    try:
+        pipe = redis_client().pipeline()
+        pipe.delete(_key(REFRESH_KEY, run_id))
+        pipe.smembers(key)
+        pipe.delete(key)
+        _, members, _ = pipe.execute()
+    except Exception:
+        logger.warning("no Redis for the refresh debounce of run %s", run_id, exc_info=True)
+        return None
+    return sorted(int(m) for m in members)
+
+
+def runs_refresh(run_ids: list[int]) -> None:
+    for run_id in run_ids:
+        send("runs.tasks.run_read_model_refresh", (run_id,))
+
+
+def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
+    """After an ingest commits: when the project has an active rule (one small query), match
+    these traces a few seconds later. Never fails the ingest (a missed trace can be
+    backfilled)."""
+    if not trace_ids:
+        return
+
+    def queue() -> None:
+        if not OnlineRule.objects.filter(project_id=project_id, active=True).exists():
+            return
+        try:
+            send_now(
+                "runs.tasks.ingest_online_dispatch",
+                (project_id, trace_ids),
+                countdown=conf.online_delay_seconds(),
+            )
+        except Exception:
+            logger.exception("could not queue online evaluation of %d traces", len(trace_ids))
+
+    transaction.on_commit(queue)
+
+
+def online_evaluate(rule_id: int, trace_ids: list[int]) -> None:
+    send("runs.tasks.ingest_online_evaluate", (rule_id, trace_ids))

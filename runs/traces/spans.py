@@ -1,0 +1,399 @@
+"""Incoming spans: limits, validation (pydantic) and normalisation into Span rows (the GenAI and
+OpenInference mapping into ``ag``, units, data attributes)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from evalsite.errors import InvalidInput
+from evalsite.models import Project
+from runs import conf
+from runs.models import Span
+
+
+@dataclass(frozen=True)
+class Limits:
+    spans: int
+    attributes_bytes: int
+    body_bytes: int
+
+
+def limits() -> Limits:
+    """The documented ingestion limits; settings may lower or raise them (docs/traces.md)."""
+    return Limits(
+        spans=conf.trace_max_spans(),
+        attributes_bytes=conf.trace_max_attributes_bytes(),
+        # Django refuses bodies above DATA_UPLOAD_MAX_MEMORY_SIZE on its own; stay under it.
+        body_bytes=conf.trace_max_body_bytes(),
+    )
+
+
+class TooLarge(InvalidInput):
+    """A documented size limit was exceeded; the API answers 413 with the reason."""
+
+
+def _number(value: Any) -> int | float:
+    # Not pydantic's float: it would turn token counts into 10.0 and accept true as 1.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Number = Annotated[int | float, PlainValidator(_number)]
+
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+
+
+class MetricsIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    unit: dict[str, dict[str, Number]] = Field(default_factory=dict)
+    # Whatever a sender puts in acc is ignored: it is recomputed from the stored tree.
+    acc: Any = None
+
+
+class AgIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    data: dict[str, Any] = Field(default_factory=dict)
+    metrics: MetricsIn = Field(default_factory=MetricsIn)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttributesIn(BaseModel):
+    """``ag`` plus any other attributes, kept verbatim."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ag: AgIn = Field(default_factory=AgIn)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_ag_keys(cls, value: Any) -> Any:
+        # OpenTelemetry attributes are flat ("ag.data.inputs"); they join the nested "ag".
+        if not isinstance(value, dict) or not any(key.startswith("ag.") for key in value):
+            return value
+        value = dict(value)
+        ag = value["ag"] = _copy_dicts(value.get("ag") or {})
+        for key in [key for key in value if key.startswith("ag.")]:
+            _set_path(ag, key[3:].split("."), _maybe_json(key, value.pop(key)))
+        return value
+
+
+class SpanIn(BaseModel):
+    """One span in the native shape (docs/traces.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    trace_id: Id
+    span_id: Id
+    parent_id: Id | None = None
+    name: Annotated[str, StringConstraints(min_length=1, max_length=300)]
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=32, to_lower=True)] = "task"
+    start_time: datetime
+    end_time: datetime | None = None
+    status: Literal["ok", "error"] = "ok"
+    status_message: str | None = None
+    attributes: AttributesIn = Field(default_factory=AttributesIn)
+
+    @field_validator("parent_id", mode="before")
+    @classmethod
+    def _empty_parent_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _status_words(cls, value: Any) -> Any:
+        # OpenTelemetry spells them UNSET / OK / ERROR (or STATUS_CODE_ERROR); unset is ok.
+        if value is None:
+            return "ok"
+        if isinstance(value, str):
+            word = value.lower().removeprefix("status_code_")
+            return "ok" if word in ("", "unset") else word
+        return value
+
+    @field_validator("start_time", "end_time")
+    @classmethod
+    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        start = info.data.get("start_time")
+        if info.field_name == "end_time" and value and start and value < start:
+            raise ValueError("is before start_time")
+        return value
+
+
+def _first_error(exc: ValidationError, loc: str) -> InvalidInput:
+    """The first problem, named by its path: ``spans[3].start_time: invalid datetime``."""
+    error = exc.errors()[0]
+    path = ".".join(str(part) for part in error["loc"])
+    if error["type"].startswith(("datetime", "date_")):
+        message = "invalid datetime"
+    elif error["type"] == "missing":
+        message = "required"
+    else:
+        message = error["msg"].removeprefix("Value error, ")
+    return InvalidInput({".".join(part for part in (loc, path) if part): [message]})
+
+
+def _validate(loc: str, raw: Any) -> SpanIn:
+    if not isinstance(raw, dict):
+        raise InvalidInput({loc: ["must be an object (a span)"]})
+    try:
+        return SpanIn.model_validate(raw)
+    except ValidationError as exc:
+        raise _first_error(exc, loc)
+
+
+def spans_flatten(items: Iterable[Any], prefix: str = "spans") -> Iterator[tuple[str, Any]]:
+    """(location, flat span) for each span: flat spans pass through, trace dicts
+    (``{"trace_id", "spans": {root_id: {..., "children": {...}}}}``) and spans with nested
+    ``children`` are unnested."""
+    for index, item in enumerate(items):
+        loc = f"{prefix}[{index}]"
+        if isinstance(item, dict) and isinstance(item.get("spans"), dict | list):
+            for key, root in _pairs(item["spans"], f"{loc}.spans"):
+                yield from _unnest(item.get("trace_id"), None, root, *key)
+        elif isinstance(item, dict) and item.get("children"):
+            yield from _unnest(item.get("trace_id"), None, item, loc, item.get("span_id"))
+        else:
+            yield loc, item
+
+
+def _unnest(
+    trace_id: Any, parent_id: str | None, node: Any, loc: str, key: Any
+) -> Iterator[tuple[str, Any]]:
+    """A span and its descendants, each given the trace id and the parent it is nested in."""
+    if not isinstance(node, dict):
+        yield loc, node
+        return
+    span = {k: v for k, v in node.items() if k != "children"}
+    span["trace_id"] = trace_id
+    span.setdefault("span_id", key)
+    if parent_id is not None:
+        span["parent_id"] = parent_id
+    yield loc, span
+    for child_key, child in _pairs(node.get("children") or {}, f"{loc}.children"):
+        yield from _unnest(trace_id, span["span_id"], child, *child_key)
+
+
+def _pairs(nodes: Any, loc: str) -> Iterator[tuple[tuple[str, Any], Any]]:
+    """((location, key), node) for spans keyed by id (the contract) or listed."""
+    if isinstance(nodes, dict):
+        for key, node in nodes.items():
+            yield (f"{loc}.{key}", key), node
+    elif isinstance(nodes, list):
+        for index, node in enumerate(nodes):
+            yield (f"{loc}[{index}]", None), node
+    else:
+        raise InvalidInput({loc: ["must be an object keyed by span id"]})
+
+
+TOKEN_ATTRIBUTES = {
+    "prompt": (
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.prompt_tokens",
+        "llm.token_count.prompt",
+    ),
+    "completion": (
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.completion_tokens",
+        "llm.token_count.completion",
+    ),
+    "total": ("gen_ai.usage.total_tokens", "llm.token_count.total"),
+}
+
+
+COST_ATTRIBUTES = {
+    "prompt": ("gen_ai.usage.input_cost", "llm.cost.prompt"),
+    "completion": ("gen_ai.usage.output_cost", "llm.cost.completion"),
+    "total": ("gen_ai.usage.cost", "llm.cost.total"),
+}
+
+
+MODEL_ATTRIBUTES = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+
+
+SYSTEM_ATTRIBUTES = ("gen_ai.provider.name", "gen_ai.system", "llm.provider")
+
+
+# Payloads moved into ag.data are not kept twice.
+DATA_ATTRIBUTES = {
+    "inputs": ("input.value", "input.mime_type"),
+    "outputs": ("output.value", "output.mime_type"),
+}
+
+
+def _row(project: Project, span: SpanIn) -> Span:
+    """An unsaved Span with ``ag`` normalised and ``unit`` metrics filled in from the span."""
+    attributes = _attributes(span)
+    return Span(
+        project=project,
+        span_id=span.span_id,
+        parent_id=span.parent_id or "",
+        name=span.name,
+        kind=span.kind,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        status=span.status,
+        status_message=span.status_message or "",
+        attributes=attributes,
+    )
+
+
+def _attributes(span: SpanIn) -> dict[str, Any]:
+    ag, other = span.attributes.ag, dict(span.attributes.__pydantic_extra__ or {})
+    data, meta = dict(ag.data), dict(ag.meta)
+    for field, (value_key, mime_key) in DATA_ATTRIBUTES.items():
+        if value_key in other:
+            value, mime = other.pop(value_key), other.pop(mime_key, "")
+            data.setdefault(field, _decode_text(value, mime))
+    if "model" not in meta and (model := _first(other, MODEL_ATTRIBUTES)) is not None:
+        meta["model"] = model
+    if "system" not in meta and (system := _first(other, SYSTEM_ATTRIBUTES)) is not None:
+        meta["system"] = system
+    unit = {group: dict(values) for group, values in ag.metrics.unit.items()}
+    if "total" not in unit.get("duration", {}) and span.end_time is not None:
+        unit.setdefault("duration", {})["total"] = ms_between(span.end_time - span.start_time)
+    for group, names in (("tokens", TOKEN_ATTRIBUTES), ("costs", COST_ATTRIBUTES)):
+        values = unit.get(group) or _semconv_numbers(other, names)
+        if values:
+            unit[group] = _with_total(values)
+    metrics = {**(ag.metrics.__pydantic_extra__ or {}), "unit": unit, "acc": {}}
+    extra_ag = ag.__pydantic_extra__ or {}
+    result = {"ag": {"data": data, "metrics": metrics, "meta": meta, **extra_ag}, **other}
+    _check_attributes(result)
+    return result
+
+
+def _check_attributes(attributes: dict) -> None:
+    try:
+        text = json.dumps(attributes, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput({"attributes": [f"not storable as JSON ({exc})"]})
+    if len(text) > limits().attributes_bytes:
+        raise TooLarge(
+            {"attributes": [f"{len(text)} bytes of JSON; the limit is {limits().attributes_bytes}"]}
+        )
+    if "\\u0000" in text:
+        raise InvalidInput({"attributes": ["contains a NUL character (\\u0000)"]})
+
+
+def _semconv_numbers(attributes: dict, names: dict[str, tuple[str, ...]]) -> dict:
+    found = {}
+    for field, keys in names.items():
+        value = _first(attributes, keys)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            found[field] = value
+    return found
+
+
+def _with_total(values: dict) -> dict:
+    if "total" not in values and ("prompt" in values or "completion" in values):
+        values = {
+            **values,
+            "total": number_add(values.get("prompt", 0), values.get("completion", 0)),
+        }
+    return values
+
+
+def _first(attributes: dict, keys: tuple[str, ...]) -> Any:
+    return next((attributes[key] for key in keys if key in attributes), None)
+
+
+def _decode_text(value: Any, mime: Any) -> Any:
+    if isinstance(value, str) and "json" in str(mime):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _maybe_json(key: str, value: Any) -> Any:
+    # SDKs serialise structured ag.data values into strings; nothing else is guessed at.
+    if key.startswith("ag.data.") and isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _copy_dicts(value: dict) -> dict:
+    return {k: _copy_dicts(v) if isinstance(v, dict) else v for k, v in value.items()}
+
+
+def _set_path(target: dict, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        nested = target.get(part)
+        if not isinstance(nested, dict):
+            nested = target[part] = {}
+        target = nested
+    target[parts[-1]] = value
+
+
+def spans_valid(trace: Any) -> bool:
+    """Whether a trace dict (or spans) would pass ingestion's validation."""
+    try:
+        for loc, raw in spans_flatten([trace]):
+            _validate(loc, raw)
+    except InvalidInput:
+        return False
+    return True
+
+
+def span_rows(project: Project, located: list[tuple[str, Any]]) -> list[tuple[str, Span]]:
+    """Validate and normalise every span before anything is written: (trace id, row) pairs."""
+    if len(located) > limits().spans:
+        raise TooLarge(
+            {"spans": [f"{len(located)} spans in one request; the limit is {limits().spans}"]}
+        )
+    rows = []
+    for loc, raw in located:
+        span = _validate(loc, raw)
+        try:
+            rows.append((span.trace_id, _row(project, span)))
+        except InvalidInput as exc:
+            raise type(exc)({f"{loc}.{name}": reasons for name, reasons in exc.fields.items()})
+    return rows
+
+
+def ms_between(delta: timedelta) -> float:
+    return round(delta.total_seconds() * 1000, 3)
+
+
+def number_add(a: int | float, b: int | float) -> int | float:
+    total = a + b
+    return round(total, 12) if isinstance(total, float) else total
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    spec = "milliseconds" if value.microsecond % 1000 == 0 else "microseconds"
+    return value.isoformat(timespec=spec).replace("+00:00", "Z")
