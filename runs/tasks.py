@@ -22,9 +22,10 @@ def run_dispatch(run_id: int) -> int:
 
 
 @shared_task(acks_late=True, **RETRY)
-def unit_work(run_id: int, lane: str) -> int:
+def unit_work(run_id: int, lane: str) -> int | None:
     """Claim and compute the next unit of a run's lane (sent to the lane's queue)."""
-    return engine.unit_work(run_id=run_id, lane=lane)
+    process = online.online_unit_process if engine.run_is_online(run_id=run_id) else None
+    return engine.unit_work(run_id=run_id, lane=lane, process=process)
 
 
 @shared_task(acks_late=True)

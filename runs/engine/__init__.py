@@ -25,6 +25,7 @@ from runs.engine.progress import (
     run_final_status,
     run_finish_if_complete,
     run_is_logged,
+    run_is_online,
     run_mark_failed,
     run_metrics_refresh_request,
     run_progress_update,
@@ -37,7 +38,7 @@ from runs.engine.steps import (
     step_key_for_testset,
     step_lane,
 )
-from runs.engine.units import unit_claim, units_plan
+from runs.engine.units import unit_claim, unit_complete, units_plan
 
 __all__ = [
     "PEOPLE_KINDS",
@@ -59,6 +60,7 @@ __all__ = [
     "run_final_status",
     "run_finish_if_complete",
     "run_is_logged",
+    "run_is_online",
     "run_locked",
     "run_mark_failed",
     "run_metrics_refresh_request",
@@ -75,6 +77,7 @@ __all__ = [
     "step_key_for_testset",
     "step_lane",
     "unit_claim",
+    "unit_complete",
     "unit_fail",
     "unit_process",
     "unit_work",

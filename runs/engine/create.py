@@ -170,7 +170,7 @@ def run_execute_inline(*, run: Run) -> Run:
             )
             units_plan(run=run, send=False)
     for lane in (Lane.RUNS, Lane.CODE, Lane.LLM):
-        while unit_work(run_id=run.pk, lane=lane, heartbeat=False):
+        while unit_work(run_id=run.pk, lane=lane, heartbeat=False) is not None:
             pass
     run_finish_if_complete(run_id=run.pk)
     run.refresh_from_db()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 
 from django.db import InterfaceError, OperationalError, transaction
@@ -66,20 +67,24 @@ def run_dispatch(*, run_id: int) -> int:
     return queued
 
 
-def unit_work(*, run_id: int, lane: str, heartbeat: bool = True) -> int:
-    """Claim the next unit of the run's lane and compute it. Returns the cells written (0 when
-    there was nothing to claim: someone holds it, or it is done)."""
+def unit_work(
+    *, run_id: int, lane: str, heartbeat: bool = True, process: Callable | None = None
+) -> int | None:
+    """Claim the next unit of the run's lane and compute it (with ``process``, by default the
+    batch engine's ``unit_process``). Returns the cells written, or None when there was nothing
+    to claim (someone holds every unit, or all are done)."""
     owner = owner_new()
     unit = unit_claim(run_id=run_id, lane=lane, owner=owner)
     if unit is None:
-        return 0
+        return None
+    process = process or unit_process
     try:
         # A code unit runs on a code worker: its sandbox is here, not another task away.
         with (
             Heartbeat(unit, owner) if heartbeat else nullcontext(),
             runner_here() if lane == Lane.CODE else nullcontext(),
         ):
-            written = unit_process(unit=unit, owner=owner)
+            written = process(unit=unit, owner=owner)
     except LeaseLost:
         logger.warning("unit %s: the lease was lost; its work is left to the new holder", unit.pk)
         return 0

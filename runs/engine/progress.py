@@ -88,3 +88,7 @@ def run_mark_failed(*, run_id: int, error: dict) -> None:
 def run_metrics_refresh_request(*, run: Run) -> None:
     """Someone asked for fresh statistics (a button, the API): a refresh on Celery, at once."""
     queue.read_model_refresh(run.pk)
+
+
+def run_is_online(*, run_id: int) -> bool:
+    return Run.objects.filter(pk=run_id, is_online=True).exists()

@@ -6,6 +6,8 @@ from runs.online.evaluate import (
     online_dispatch,
     online_evaluate_ids,
     online_evaluate_traces,
+    online_unit_process,
+    online_units_plan,
 )
 from runs.online.rules import (
     BUCKET_CHOICES,
@@ -41,6 +43,8 @@ __all__ = [
     "online_rule_resume",
     "online_rule_update",
     "online_sampled",
+    "online_unit_process",
+    "online_units_plan",
     "rule_candidates",
     "rule_slug",
 ]

@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Max, Q, QuerySet
+from django.db.models import F, Max, QuerySet
 from django.utils import timezone
 
 from evalsite.errors import InvalidInput
@@ -16,6 +15,7 @@ from evaluators.models import ModelConnection
 from evaluators.services import Evaluation, evaluations_invoke_many
 from runs import conf, engine, queue
 from runs.models import (
+    Lane,
     OnlineRule,
     Result,
     ResultStatus,
@@ -23,12 +23,13 @@ from runs.models import (
     RunMetrics,
     RunStatus,
     Scenario,
-    ScenarioStatus,
     Span,
     StepType,
     Trace,
+    UnitStatus,
+    WorkUnit,
 )
-from runs.online.rules import online_rule_pause, rule_candidates
+from runs.online.rules import FINAL_SCENARIO, online_rule_pause, rule_candidates
 from runs.traces import trace_dict
 
 logger = logging.getLogger(__name__)
@@ -46,10 +47,15 @@ def online_dispatch(*, project_id: int, trace_ids: list[int]) -> int:
     traces = Trace.objects.filter(project_id=project_id, pk__in=trace_ids)
     queued = 0
     for rule in _rules_live(project_id):
-        ids = list(rule_candidates(rule, traces).order_by("pk").values_list("pk", flat=True))
-        evaluations_queue(rule, ids)
-        queued += len(ids)
+        queued += _units_send(online_units_plan(rule=rule, traces=traces))
     return queued
+
+
+def _units_send(units: list[WorkUnit]) -> int:
+    """A message per unit (after the commit); returns how many scenarios they cover."""
+    for unit in units:
+        queue.units_work(unit.run_id, unit.lane)
+    return sum(unit.last - unit.first + 1 for unit in units)
 
 
 def evaluations_queue(rule: OnlineRule, ids: list[int]) -> None:
@@ -59,42 +65,75 @@ def evaluations_queue(rule: OnlineRule, ids: list[int]) -> None:
 
 
 def online_evaluate_ids(*, rule_id: int, trace_ids: list[int]) -> int:
-    rule = OnlineRule.objects.filter(pk=rule_id).first()
+    """A backfill chunk: units for the traces, sent to the workers of their lane."""
+    rule = _rule_live(rule_id)
     if rule is None:
         return 0
-    return online_evaluate_traces(rule=rule, traces=Trace.objects.filter(pk__in=trace_ids))
+    return _units_send(online_units_plan(rule=rule, traces=Trace.objects.filter(pk__in=trace_ids)))
 
 
 def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
     """Evaluate those of ``traces`` the rule takes (its project, filter and sample) and has not
-    evaluated yet. Returns the number of cells written. A paused rule evaluates nothing."""
-    rule = (
-        OnlineRule.objects.select_related("project", "run", "revision__evaluator")
-        .filter(pk=rule.pk)
-        .first()
-    )
-    if rule is None or not rule.active or rule.run is None or rule.run.status != RunStatus.RUNNING:
+    evaluated yet: their scenarios and work units are made, then the units are claimed and
+    computed here like any worker would (a unit someone else holds is left to them). Returns
+    the number of cells written. A paused rule evaluates nothing."""
+    rule = _rule_live(rule.pk)
+    if rule is None or _pause_if_connection_failing(rule):
         return 0
-    if _pause_if_connection_failing(rule):
-        return 0
+    online_units_plan(rule=rule, traces=traces)
+    written = 0
+    process = online_unit_process
+    while (
+        cells := engine.unit_work(run_id=rule.run_id, lane=_lane(rule), process=process)
+    ) is not None:
+        written += cells
+    return written
+
+
+def online_units_plan(*, rule: OnlineRule, traces) -> list[WorkUnit]:
+    """Scenarios for the traces the rule takes that have none yet, and one leased work unit per
+    chunk of them (on the llm lane for model judges, else ingest). A trace that already has a
+    scenario is its unit's business: duplicated dispatches make nothing twice."""
     ids = [t.pk for t in traces]
     found = list(
         rule_candidates(rule, Trace.objects.filter(pk__in=ids)).order_by("start_time", "pk")
     )
     if not found:
+        return []
+    return _scenarios_ensure(rule, found, _root_attributes(found))
+
+
+def _rule_live(rule_id: int) -> OnlineRule | None:
+    rule = (
+        OnlineRule.objects.select_related("project", "run", "revision__evaluator")
+        .filter(pk=rule_id)
+        .first()
+    )
+    if rule is None or not rule.active or rule.run is None or rule.run.status != RunStatus.RUNNING:
+        return None
+    return rule
+
+
+def online_unit_process(*, unit: WorkUnit, owner: str) -> int:
+    """Compute a claimed unit of an online run: the rule's evaluator over its scenarios' traces."""
+    rule = _rule_live(
+        OnlineRule.objects.filter(run_id=unit.run_id).values_list("pk", flat=True).first() or 0
+    )
+    if rule is None or _pause_if_connection_failing(rule):
+        engine.unit_complete(unit=unit, owner=owner, status=UnitStatus.CANCELLED)
         return 0
-    roots = _root_attributes(found)
-    claimed = _claim(_scenarios_ensure(rule, found, roots))
-    if not claimed:
-        return 0
-    try:
-        cells = _cells(rule, claimed, roots)
-        written = engine.cells_write(rule.run, claimed, cells)  # counters, debounced metrics
-    except BaseException:
-        _release(claimed)
-        raise
+    scenarios = list(
+        Scenario.objects.filter(run_id=unit.run_id, index__gte=unit.first, index__lte=unit.last)
+        .exclude(status__in=FINAL_SCENARIO)
+        .select_related("trace")
+        .order_by("index")
+    )
+    roots = _root_attributes([s.trace for s in scenarios])
+    cells = _cells(rule, scenarios, roots) if scenarios else []
+    written = engine.cells_write(rule.run, scenarios, cells, unit=unit, owner=owner).cells
+    engine.unit_complete(unit=unit, owner=owner)
     _pause_if_connection_failing(rule)  # this batch may have found the key revoked
-    return written.cells
+    return written
 
 
 def _pause_if_connection_failing(rule: OnlineRule) -> bool:
@@ -127,9 +166,10 @@ def _ag_data(attributes: dict | None) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> list[Scenario]:
-    """One scenario per trace (with its input cell pointing at the trace), created under the
-    run's row lock so indexes never collide and a trace never gets two."""
+def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> list[WorkUnit]:
+    """One scenario per new trace (with its input cell pointing at the trace) and the units
+    that evaluate them, created under the run's row lock so indexes never collide and a trace
+    never gets two scenarios. Returns the new units (queued; their messages go on commit)."""
     run = rule.run
     input_key = run.steps.filter(type=StepType.INPUT).values_list("key", flat=True).first()
     with transaction.atomic():
@@ -171,39 +211,32 @@ def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> lis
                 total_cells=F("total_cells") + 2 * len(created),
             )
             engine.run_counters_add(run_id=run.pk, done=len(created), errors=0)  # input cells
-            by_trace.update({s.trace_id: s for s in created})
-    by_pk = {t.pk: t for t in traces}
-    scenarios = [by_trace[t.pk] for t in traces]
-    for scenario in scenarios:
-        scenario.trace = by_pk[scenario.trace_id]
-    return scenarios
+            return _units_create(rule, [s.index for s in created])
+    return []
 
 
-def _claim(scenarios: list[Scenario]) -> list[Scenario]:
-    """Take the scenarios nobody is evaluating: pending ones, or running ones whose worker
-    went quiet longer than a task may live (so it is surely dead). Two dispatches of one trace
-    never both call the evaluator."""
-    stale = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 30)
-    with transaction.atomic():
-        free = set(
-            Scenario.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=[s.pk for s in scenarios])
-            .filter(
-                Q(status=ScenarioStatus.PENDING)
-                | Q(status=ScenarioStatus.RUNNING, updated_at__lt=stale)
-            )
-            .values_list("pk", flat=True)
+def _lane(rule: OnlineRule) -> str:
+    """Model judges wait on the network on the llm lane; the rest runs on ingest."""
+    step = rule.run.steps.select_related("revision").get(type=StepType.ANNOTATION)
+    return Lane.LLM if engine.step_lane(step) == Lane.LLM else Lane.INGEST
+
+
+def _units_create(rule: OnlineRule, indexes: list[int]) -> list[WorkUnit]:
+    step = rule.run.steps.get(type=StepType.ANNOTATION)
+    lane, size, now = _lane(rule), conf.online_chunk_size(), timezone.now()
+    units = [
+        WorkUnit(
+            run=rule.run,
+            lane=lane,
+            first=indexes[i],
+            last=indexes[min(i + size, len(indexes)) - 1],
+            step_keys=[step.key],
+            sent_at=now,
         )
-        Scenario.objects.filter(pk__in=free).update(
-            status=ScenarioStatus.RUNNING, updated_at=timezone.now()
-        )
-    return [s for s in scenarios if s.pk in free]
-
-
-def _release(scenarios: list[Scenario]) -> None:
-    Scenario.objects.filter(pk__in=[s.pk for s in scenarios], status=ScenarioStatus.RUNNING).update(
-        status=ScenarioStatus.PENDING, updated_at=timezone.now()
-    )
+        for i in range(0, len(indexes), size)
+    ]
+    WorkUnit.objects.bulk_create(units)
+    return units
 
 
 def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[engine.Cell]:

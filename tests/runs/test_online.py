@@ -12,8 +12,8 @@ import pytest
 from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create
 from runs import metrics, online
-from runs.models import Annotation, Result, RunMetrics, Scenario, Trace
-from runs.online import evaluate as online_evaluate_module
+from runs.engine import unit_claim
+from runs.models import Annotation, Result, RunMetrics, Scenario, Trace, WorkUnit
 from runs.online import (
     online_backfill,
     online_backfill_progress,
@@ -24,6 +24,7 @@ from runs.online import (
     online_rule_pause,
     online_rule_resume,
     online_sampled,
+    online_units_plan,
 )
 from runs.traces import trace_ingest, trace_record
 
@@ -267,18 +268,17 @@ def test_it_leaves_a_trace_being_evaluated_to_its_evaluator(project, paris):
     rule = online_rule_create(project=project, name="Capital QA", revision=paris, active=False)
     traces = trace_ingest(project=project, spans=[root("t-1")])
     rule = online_rule_resume(rule=rule)
-    found = list(online.rule_candidates(rule))
-    scenario = online_evaluate_module._scenarios_ensure(
-        rule, found, online_evaluate_module._root_attributes(found)
-    )[0]
-    assert online_evaluate_module._claim([scenario]) == [
-        scenario
-    ]  # another worker is evaluating it now
+    [unit] = online_units_plan(rule=rule, traces=traces)
+    held = unit_claim(run_id=rule.run_id, lane=unit.lane, owner="another worker")
+    assert held.pk == unit.pk  # another worker is evaluating it now
     assert online_evaluate_traces(rule=rule, traces=traces) == 0
     assert not Annotation.objects.exists()
-    online_evaluate_module._release([scenario])  # that worker gave up: the next delivery does it
+    # That worker died: once its lease is over, the next delivery does the work, once.
+    WorkUnit.objects.filter(pk=unit.pk).update(lease_expires_at=T0)
     assert online_evaluate_traces(rule=rule, traces=traces) == 1
+    assert online_evaluate_traces(rule=rule, traces=traces) == 0
     assert Annotation.objects.count() == 1
+    assert WorkUnit.objects.get(pk=unit.pk).status == "done"
 
 
 def test_it_records_an_evaluator_error_as_an_error(project, django_capture_on_commit_callbacks):
