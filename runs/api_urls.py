@@ -1,10 +1,11 @@
-from runs.api import compare, online, runs, schemas, testsets, traces
+from runs.api import compare, online, results, runs, schemas, testsets, traces
 
 urlpatterns = [
     *compare.urlpatterns,
     *testsets.urlpatterns,
     *traces.urlpatterns,
     *runs.urlpatterns,
+    *results.urlpatterns,
     *online.urlpatterns,
     *schemas.urlpatterns,
 ]

@@ -1,11 +1,11 @@
-"""REST API for applications, runs (engine-driven and SDK-style), their scenarios, results,
-metrics, and annotations."""
+"""REST API for applications and runs (engine-driven and SDK-style): create, list, act on them;
+runs/api/results.py serves what a run holds."""
 
 from __future__ import annotations
 
 from django.http import Http404
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
@@ -14,10 +14,9 @@ from evalsite.api import ERROR_RESPONSES
 from evalsite.errors import InvalidInput
 from evalsite.rest import CursorPagination
 from evaluators import selectors as evaluator_selectors
-from runs import annotations as annotation_services
 from runs import engine, selectors
 from runs.applications import application_create
-from runs.models import Annotation, Application, Result, Run, RunMetrics, Testset
+from runs.models import Application, Run, Testset
 
 TAGS = ["runs"]
 
@@ -109,102 +108,10 @@ class RefListSerializer(serializers.Serializer):
     evaluators = serializers.ListField(child=serializers.CharField(), min_length=1)
 
 
-class ScenarioInSerializer(serializers.Serializer):
-    inputs = serializers.DictField()
-
-
-class ScenariosAddSerializer(serializers.Serializer):
-    scenarios = ScenarioInSerializer(many=True)
-
-
-class ResultInSerializer(serializers.Serializer):
-    scenario = serializers.IntegerField(help_text="The scenario's index in the run.")
-    step_key = serializers.CharField()
-    repeat_idx = serializers.IntegerField(required=False, default=0, min_value=0)
-    trace_id = serializers.CharField(required=False, help_text="A trace sent to /api/v1/traces.")
-    outputs = serializers.JSONField(
-        required=False, help_text="Invocation outputs, or evaluator outputs."
-    )
-    error = serializers.JSONField(
-        required=False, help_text="{code, message, ...} when the cell failed."
-    )
-    duration_ms = serializers.FloatField(required=False)
-
-
-class ResultsLogSerializer(serializers.Serializer):
-    results = ResultInSerializer(many=True)
-
-
-class ResultSerializer(serializers.ModelSerializer):
-    scenario = serializers.IntegerField(source="scenario.index", read_only=True)
-    trace_id = serializers.CharField(
-        source="trace.trace_id", read_only=True, allow_null=True, default=None
-    )
-
-    class Meta:
-        model = Result
-        fields = [
-            "id",
-            "scenario",
-            "step_key",
-            "repeat_idx",
-            "status",
-            "trace_id",
-            "annotation",
-            "error",
-            "duration_ms",
-        ]
-
-
-class AnnotationSerializer(serializers.ModelSerializer):
-    evaluator = serializers.SerializerMethodField()
-    revision = serializers.SerializerMethodField()
-    trace_id = serializers.CharField(
-        source="trace.trace_id", read_only=True, allow_null=True, default=None
-    )
-
-    class Meta:
-        model = Annotation
-        fields = [
-            "id",
-            "evaluator",
-            "revision",
-            "trace_id",
-            "span_id",
-            "outputs",
-            "origin",
-            "channel",
-            "history",
-            "created_at",
-            "updated_at",
-        ]
-
-    def get_evaluator(self, annotation) -> dict:
-        return {"id": annotation.evaluator_id, "slug": annotation.evaluator_slug}
-
-    def get_revision(self, annotation) -> dict | None:
-        revision = annotation.revision
-        return revision.reference if revision else None
-
-
-class AnnotationCreateSerializer(serializers.Serializer):
-    evaluator = serializers.CharField(
-        help_text="Evaluator id or slug; an unknown slug registers a feedback evaluator."
-    )
-    revision = serializers.CharField(
-        required=False, allow_blank=True, help_text="Revision id, slug or version."
-    )
-    outputs = serializers.JSONField()
-    trace_id = serializers.CharField(required=False, allow_blank=True, default="")
-    span_id = serializers.CharField(required=False, allow_blank=True, default="")
-    origin = serializers.ChoiceField(choices=["auto", "human", "custom"], default="custom")
-    channel = serializers.ChoiceField(choices=["web", "api", "sdk"], default="api")
-
-
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _whole(request, name: str, default: int) -> int:
+def whole_param(request, name: str, default: int) -> int:
     raw = request.query_params.get(name, "")
     if raw == "":
         return default
@@ -213,7 +120,7 @@ def _whole(request, name: str, default: int) -> int:
     return int(raw)
 
 
-def _run_or_404(request, run_id) -> Run:
+def run_or_404(request, run_id) -> Run:
     run = selectors.run_get(project=request.project, run_id=run_id)
     if run is None:
         raise Http404
@@ -347,7 +254,7 @@ def runs(request):
 @extend_schema(responses={200: RunSerializer, **ERROR_RESPONSES}, tags=TAGS, parameters=[RUN_ID])
 @api_view(["GET"])
 def run_detail(request, run_id):
-    return Response(RunSerializer(_run_or_404(request, run_id)).data)
+    return Response(RunSerializer(run_or_404(request, run_id)).data)
 
 
 def _action(service):
@@ -359,9 +266,9 @@ def _action(service):
     )
     @api_view(["POST"])
     def view(request, run_id):
-        run = _run_or_404(request, run_id)
+        run = run_or_404(request, run_id)
         service(run=run)
-        return Response(RunSerializer(_run_or_404(request, run_id)).data)
+        return Response(RunSerializer(run_or_404(request, run_id)).data)
 
     view.__doc__ = service.__doc__
     return view
@@ -382,216 +289,22 @@ run_close = _action(engine.run_close)
 @api_view(["POST"])
 def run_evaluators_add(request, run_id):
     """Add evaluators to a finished run: only their cells are computed; outputs are reused."""
-    run = _run_or_404(request, run_id)
+    run = run_or_404(request, run_id)
     body = RefListSerializer(data=request.data)
     body.is_valid(raise_exception=True)
     engine.run_add_evaluators(
         run=run, revisions=_revisions(request.project, body.validated_data["evaluators"])
     )
-    return Response(RunSerializer(_run_or_404(request, run_id)).data)
+    return Response(RunSerializer(run_or_404(request, run_id)).data)
 
 
 # --- scenarios and results ------------------------------------------------------------------------
 
 
-@extend_schema(
-    methods=["GET"],
-    tags=TAGS,
-    parameters=[RUN_ID, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
-    responses={
-        200: inline_serializer(
-            "ScenarioRows",
-            {
-                "count": serializers.IntegerField(),
-                "columns": serializers.JSONField(),
-                "rows": serializers.JSONField(),
-            },
-        ),
-        **ERROR_RESPONSES,
-    },
-)
-@extend_schema(
-    methods=["POST"],
-    tags=TAGS,
-    parameters=[RUN_ID],
-    request=ScenariosAddSerializer,
-    responses={
-        201: inline_serializer(
-            "ScenariosAdded", {"indexes": serializers.ListField(child=serializers.IntegerField())}
-        ),
-        **ERROR_RESPONSES,
-    },
-)
-@api_view(["GET", "POST"])
-def run_scenarios(request, run_id):
-    """GET: the scenario table, each row's values read through the run's mappings (errors as
-    errors, never values). POST: add scenarios to an SDK-style run."""
-    run = _run_or_404(request, run_id)
-    if request.method == "POST":
-        body = ScenariosAddSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        added = engine.scenarios_add(run=run, rows=body.validated_data["scenarios"])
-        return Response({"indexes": [s.index for s in added]}, status=status.HTTP_201_CREATED)
-    limit = min(_whole(request, "limit", 50), 500) or 50
-    offset = _whole(request, "offset", 0)
-    scenarios = list(run.scenarios.order_by("index")[offset : offset + limit])
-    rows = selectors.scenario_rows(run, scenarios)
-    return Response(
-        {
-            "count": run.scenario_count,
-            "columns": run.mappings,
-            "rows": [
-                {
-                    "index": r["scenario"].index,
-                    "status": r["scenario"].status,
-                    "values": r["values"],
-                    "errors": r["errors"],
-                }
-                for r in rows
-            ],
-        }
-    )
-
-
-@extend_schema(
-    methods=["GET"],
-    tags=TAGS,
-    parameters=[RUN_ID, OpenApiParameter("step_key", str), OpenApiParameter("status", str)],
-    responses={200: ResultSerializer(many=True), **ERROR_RESPONSES},
-)
-@extend_schema(
-    methods=["POST"],
-    tags=TAGS,
-    parameters=[RUN_ID],
-    request=ResultsLogSerializer,
-    responses={201: ResultSerializer(many=True), **ERROR_RESPONSES},
-)
-@api_view(["GET", "POST"])
-def run_results(request, run_id):
-    """GET: the run's cells. POST: log cells of an SDK-style run (an upsert per cell)."""
-    run = _run_or_404(request, run_id)
-    if request.method == "POST":
-        body = ResultsLogSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        logged = engine.results_log(
-            run=run, entries=body.validated_data["results"], author=request.user
-        )
-        ids = [r.pk for r in logged]
-        results = (
-            Result.objects.filter(run=run, pk__in=ids).select_related("scenario", "trace")
-            if all(ids)
-            else []
-        )
-        return Response(ResultSerializer(results, many=True).data, status=status.HTTP_201_CREATED)
-    results = Result.objects.filter(run=run).select_related("scenario", "trace")
-    for name in ("step_key", "status"):
-        if request.query_params.get(name):
-            results = results.filter(**{name: request.query_params[name]})
-    paginator = CursorPagination()
-    page = paginator.paginate_queryset(results, request)
-    return paginator.get_paginated_response(ResultSerializer(page, many=True).data)
-
-
 # --- metrics ------------------------------------------------------------------------------------
-
-METRICS_SHAPE = inline_serializer(
-    "RunMetricsResponse",
-    {
-        "run": serializers.JSONField(help_text="step_key -> metric key -> statistics"),
-        "refreshed_at": serializers.DateTimeField(allow_null=True),
-        "scenario": serializers.JSONField(required=False),
-        "buckets": serializers.JSONField(required=False),
-    },
-)
-
-
-@extend_schema(
-    tags=TAGS,
-    parameters=[
-        RUN_ID,
-        OpenApiParameter("scenario", int, description="A scenario index: its own statistics."),
-        OpenApiParameter("buckets", bool, description="Online runs: the time series."),
-    ],
-    responses={200: METRICS_SHAPE, **ERROR_RESPONSES},
-)
-@api_view(["GET"])
-def run_metrics(request, run_id):
-    """Run-wide statistics (kept current by a refresh a few seconds after cells land, and exact
-    once the run ends), per scenario, or per time bucket."""
-    run = _run_or_404(request, run_id)
-    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
-    body = {"run": row.data if row else {}, "refreshed_at": row.refreshed_at if row else None}
-    if request.query_params.get("scenario", "").isdigit():
-        scenario = run.scenarios.filter(index=int(request.query_params["scenario"])).first()
-        if scenario is None:
-            raise Http404
-        per = RunMetrics.objects.filter(run=run, scenario=scenario).first()
-        body["scenario"] = per.data if per else {}
-    if request.query_params.get("buckets") in ("1", "true"):
-        body["buckets"] = [
-            {"start": m.bucket_start, "data": m.data}
-            for m in RunMetrics.objects.filter(run=run, bucket_start__isnull=False).order_by(
-                "bucket_start"
-            )
-        ]
-    return Response(body)
-
-
-@extend_schema(
-    request=None, tags=TAGS, parameters=[RUN_ID], responses={202: METRICS_SHAPE, **ERROR_RESPONSES}
-)
-@api_view(["POST"])
-def run_metrics_refresh(request, run_id):
-    """Queue a recomputation of the run's statistics (idempotent; safe to call concurrently).
-    The answer holds the statistics stored now; GET the metrics again in a few seconds."""
-    run = _run_or_404(request, run_id)
-    engine.run_metrics_refresh_request(run=run)
-    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
-    body = {"run": row.data if row else {}, "refreshed_at": row.refreshed_at if row else None}
-    return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 # --- annotations --------------------------------------------------------------------------------
-
-
-@extend_schema(
-    methods=["GET"],
-    tags=["annotations"],
-    responses={200: AnnotationSerializer(many=True), **ERROR_RESPONSES},
-    parameters=[
-        OpenApiParameter("trace_id", str),
-        OpenApiParameter("evaluator", str, description="id or slug"),
-        OpenApiParameter("run", int),
-    ],
-)
-@extend_schema(
-    methods=["POST"],
-    tags=["annotations"],
-    request=AnnotationCreateSerializer,
-    responses={201: AnnotationSerializer, 422: ERROR_RESPONSES[400], **ERROR_RESPONSES},
-)
-@api_view(["GET", "POST"])
-def annotations(request):
-    """Annotations of traces. POST checks `outputs` against the evaluator revision's outputs
-    schema (422 naming the field); lookups accept the evaluator's id or slug alike."""
-    if request.method == "POST":
-        body = AnnotationCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        annotation = annotation_services.annotation_create(
-            project=request.project, author=request.user, **body.validated_data
-        )
-        return Response(AnnotationSerializer(annotation).data, status=status.HTTP_201_CREATED)
-    queryset = Annotation.objects.for_project(request.project).select_related("trace", "revision")
-    params = request.query_params
-    if params.get("trace_id"):
-        queryset = queryset.filter(trace__trace_id=params["trace_id"])
-    if params.get("evaluator"):
-        queryset = queryset.for_evaluator(params["evaluator"])
-    if params.get("run", "").isdigit():
-        queryset = queryset.filter(results__run_id=int(params["run"])).distinct()
-    paginator = CursorPagination()
-    page = paginator.paginate_queryset(queryset, request)
-    return paginator.get_paginated_response(AnnotationSerializer(page, many=True).data)
 
 
 urlpatterns = [
@@ -603,9 +316,4 @@ urlpatterns = [
     path("runs/<str:run_id>/retry", run_retry, name="api-run-retry"),
     path("runs/<str:run_id>/close", run_close, name="api-run-close"),
     path("runs/<str:run_id>/evaluators", run_evaluators_add, name="api-run-evaluators"),
-    path("runs/<str:run_id>/scenarios", run_scenarios, name="api-run-scenarios"),
-    path("runs/<str:run_id>/results", run_results, name="api-run-results"),
-    path("runs/<str:run_id>/metrics", run_metrics, name="api-run-metrics"),
-    path("runs/<str:run_id>/metrics/refresh", run_metrics_refresh, name="api-run-metrics-refresh"),
-    path("annotations", annotations, name="api-annotations"),
 ]
