@@ -19,7 +19,7 @@ from runs.models import (
     Scenario,
     Trace,
 )
-from runs.traces import trace_dicts
+from runs.traces import OUTPUTS_PATH, trace_dicts
 
 
 def cells_existing(run: Run, scenarios: list[Scenario]) -> dict[tuple, Result]:
@@ -53,10 +53,17 @@ def input_cells(step: RunStep | None, scenarios: list[Scenario], existing: dict)
 
 
 def invocations_compute(
-    run: Run, step: RunStep | None, scenarios: list[Scenario], existing: dict, repeat: int
+    run: Run,
+    step: RunStep | None,
+    scenarios: list[Scenario],
+    existing: dict,
+    repeat: int,
+    *,
+    invoke: bool = True,
 ) -> tuple[dict[int, Invoked], list[Cell]]:
     """Per scenario id what its invocation gave, reusing stored invocations (their traces read in
-    one query) and calling the application for the missing ones, whose cells come back too."""
+    one query) and, with ``invoke``, calling the application for the missing ones, whose cells
+    come back too (without, a missing invocation counts as failed)."""
     found: dict[int, Invoked] = {}
     missing: list[Scenario] = []
     stored: dict[int, Result] = {}
@@ -72,10 +79,10 @@ def invocations_compute(
     for scenario_id, result in stored.items():
         data = dicts[result.trace_id]
         root = next(iter(data["spans"].values()), {})
-        outputs = dig(root, "attributes.ag.data.outputs")
+        outputs = dig(root, OUTPUTS_PATH)
         found[scenario_id] = Invoked(outputs, data, True, result.trace)
     cells: list[Cell] = []
-    if missing and step is not None:
+    if missing and step is not None and invoke:
         invocations = invoke_many(run.application, [s.inputs for s in missing])
         for scenario, invocation in zip(missing, invocations, strict=True):
             data = invocation_trace(invocation, run.application.slug)

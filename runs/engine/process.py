@@ -8,6 +8,7 @@ import logging
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
@@ -125,10 +126,10 @@ def unit_process(*, unit: WorkUnit, owner: str) -> int:
         result = cells_write(run, scenarios, cells, unit=unit, owner=owner, statuses=False)
         written += result.cells
         _with_stored_traces(invoked, result.traces)
-    else:
+    else:  # the runs lane invoked them: read what it stored, never call the application
         for repeat in range(run.repeats):
             invoked[repeat], _ = invocations_compute(
-                run, invocation_step, scenarios, existing, repeat
+                run, invocation_step, scenarios, existing, repeat, invoke=False
             )
     cells = []
     for step in evaluator_steps:
@@ -155,7 +156,7 @@ def _with_stored_traces(invoked: dict, traces: dict) -> None:
         for scenario_id, item in list(by_scenario.items()):
             trace = traces.get((scenario_id, repeat))
             if trace is not None and item.trace is None:
-                by_scenario[scenario_id] = type(item)(item.outputs, item.trace_dict, item.ok, trace)
+                by_scenario[scenario_id] = replace(item, trace=trace)
 
 
 def unit_fail(*, unit: WorkUnit, exc: BaseException | None = None, error: dict | None = None):
