@@ -21,11 +21,6 @@ def lease_seconds() -> float:
     return float(_get("EVALSITE_UNIT_LEASE_SECONDS", 15))
 
 
-def sweep_seconds() -> float:
-    """How often the sweeper (on beat) looks for expired leases and lost messages."""
-    return float(_get("EVALSITE_UNIT_SWEEP_SECONDS", 5))
-
-
 def unit_max_attempts() -> int:
     """Claims of one unit before it is failed with ``engine_error`` (a unit that kills its worker)."""
     return int(_get("EVALSITE_UNIT_MAX_ATTEMPTS", 3))
@@ -69,6 +64,10 @@ def trace_max_attributes_bytes() -> int:
 def trace_max_body_bytes() -> int:
     body = int(_get("EVALSITE_TRACE_MAX_BODY_BYTES", settings.EVALSITE_MAX_BODY_BYTES))
     return min(body, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or body)
+
+
+def code_runner() -> str:
+    return str(_get("EVALSITE_CODE_RUNNER", "sandbox"))
 
 
 def allow_private(setting: str) -> bool:

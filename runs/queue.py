@@ -104,9 +104,10 @@ def read_model_refresh_started(run_id: int) -> list[int] | None:
     return sorted(int(m) for m in members)
 
 
-def runs_refresh(run_ids: list[int]) -> None:
+def runs_mappings_refresh(run_ids: list[int]) -> None:
+    """Rebuild runs' mappings and metrics (an evaluator revision got its outputs schema)."""
     for run_id in run_ids:
-        send("runs.tasks.run_read_model_refresh", (run_id,))
+        send("runs.tasks.run_mappings_and_metrics_refresh", (run_id,))
 
 
 def online_dispatch(project_id: int, trace_ids: list[int]) -> None:

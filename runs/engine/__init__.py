@@ -26,7 +26,6 @@ from runs.engine.progress import (
     run_finish_if_complete,
     run_is_logged,
     run_is_online,
-    run_mark_failed,
     run_metrics_refresh_request,
     run_progress_update,
 )
@@ -38,7 +37,7 @@ from runs.engine.steps import (
     step_key_for_testset,
     step_lane,
 )
-from runs.engine.units import unit_claim, unit_complete, units_plan
+from runs.engine.units import unit_claim, unit_complete, units_plan, units_requeue_cancelled
 
 __all__ = [
     "PEOPLE_KINDS",
@@ -62,7 +61,6 @@ __all__ = [
     "run_is_logged",
     "run_is_online",
     "run_locked",
-    "run_mark_failed",
     "run_metrics_refresh_request",
     "run_progress_update",
     "run_retry_failed",
@@ -82,5 +80,6 @@ __all__ = [
     "unit_process",
     "unit_work",
     "units_plan",
+    "units_requeue_cancelled",
     "units_sweep",
 ]

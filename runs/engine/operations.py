@@ -34,8 +34,8 @@ from runs.models import (
 
 @transaction.atomic
 def run_cancel(*, run: Run) -> Run:
-    """Stop a run: units not yet claimed never start, a unit in progress ends after its current
-    write, scenarios not started are marked cancelled."""
+    """Stop a run: units not yet claimed never start (a unit in progress finishes what it
+    computes), scenarios not started are marked cancelled."""
     now = timezone.now()
     if Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
         status=RunStatus.CANCELLED, finished_at=now

@@ -7,7 +7,6 @@ from django.utils import timezone
 
 from runs import metrics, queue
 from runs.models import (
-    ACTIVE_RUN_STATUSES,
     FINAL_RESULT_STATUSES,
     Application,
     Result,
@@ -77,12 +76,6 @@ def read_model_refresh(*, run_id: int) -> None:
     run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
     metrics.scenarios_refresh(run=run, scenario_ids=dirty)
     metrics.run_refresh(run=run, scenario_ids=dirty)
-
-
-def run_mark_failed(*, run_id: int, error: dict) -> None:
-    Run.objects.filter(pk=run_id, status__in=ACTIVE_RUN_STATUSES).update(
-        status=RunStatus.FAILURE, error=error, finished_at=timezone.now()
-    )
 
 
 def run_metrics_refresh_request(*, run: Run) -> None:

@@ -3,10 +3,9 @@ computes each) and its scenarios from a testset version."""
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
+from runs import conf
 from runs.models import (
     Application,
     Lane,
@@ -60,7 +59,7 @@ def step_lane(step: RunStep) -> str:
         return Lane.LLM
     if (revision.parameters or {}).get("connection"):  # agent scores with a model connection
         return Lane.LLM
-    if revision.kind == "code" and settings.EVALSITE_CODE_RUNNER == "celery":
+    if revision.kind == "code" and conf.code_runner() == "celery":
         return Lane.CODE
     return Lane.RUNS
 

@@ -16,7 +16,8 @@ import uuid
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models.functions import Now
+from django.db.models import F
+from django.db.models.functions import Greatest, Now
 from django.utils import timezone
 
 from runs import conf, queue
@@ -139,9 +140,14 @@ def _release_waiting(run_id: int, first: int) -> None:
 
 
 def unit_release(*, unit: WorkUnit, owner: str) -> None:
-    """Give a unit back after a transient failure (the database went away): queued again."""
+    """Give a unit back after a transient failure (the database went away): queued again, and
+    the attempt not counted (it is the database's fault, not the unit's)."""
     WorkUnit.objects.filter(pk=unit.pk, owner=owner, status=UnitStatus.LEASED).update(
-        status=UnitStatus.QUEUED, owner="", lease_expires_at=None, sent_at=timezone.now()
+        status=UnitStatus.QUEUED,
+        owner="",
+        lease_expires_at=None,
+        sent_at=timezone.now(),
+        attempts=Greatest(F("attempts") - 1, 0),
     )
     queue.units_work(unit.run_id, unit.lane, countdown=2)
 
@@ -156,6 +162,16 @@ def units_cancel(*, run_id: int) -> int:
     return WorkUnit.objects.filter(
         run_id=run_id, status__in=(UnitStatus.WAITING, UnitStatus.QUEUED)
     ).update(status=UnitStatus.CANCELLED, updated_at=timezone.now())
+
+
+def units_requeue_cancelled(*, run_id: int) -> int:
+    """Queue a run's cancelled units again (an online rule resumed), a message each."""
+    cancelled = WorkUnit.objects.filter(run_id=run_id, status=UnitStatus.CANCELLED)
+    lanes = list(cancelled.values_list("lane", flat=True))
+    cancelled.update(status=UnitStatus.QUEUED, owner="", sent_at=timezone.now())
+    for lane in lanes:
+        queue.units_work(run_id, lane)
+    return len(lanes)
 
 
 def units_reset(*, run_id: int) -> None:

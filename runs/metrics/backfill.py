@@ -94,7 +94,7 @@ def schema_backfill_apply(
     revision.schema_inferred_by = author if getattr(author, "pk", None) else None
     revision.save(update_fields=["schemas", "schema_inferred_at", "schema_inferred_by"])
     run_ids = list(affected_runs(revision).values_list("pk", flat=True))
-    queue.runs_refresh(run_ids)
+    queue.runs_mappings_refresh(run_ids)
     return revision
 
 

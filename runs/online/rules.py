@@ -310,6 +310,9 @@ def online_rule_resume(*, rule: OnlineRule) -> OnlineRule:
         Run.objects.filter(pk=rule.run_id).exclude(status=RunStatus.RUNNING).update(
             status=RunStatus.RUNNING, finished_at=None, closed=False, progressed_at=timezone.now()
         )
+        # Batches that met the pause are evaluated now: their traces have scenarios already,
+        # so neither a dispatch nor a backfill would take them again.
+        engine.units_requeue_cancelled(run_id=rule.run_id)
     rule.refresh_from_db()
     return rule
 

@@ -121,8 +121,8 @@ def test_it_cancels_mid_run_and_computes_nothing_more(project, column_app, exact
     assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 2 * 3
 
     run_cancel(run=run)
-    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 0
-    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 0
+    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) is None
+    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) is None
     units_sweep()
 
     assert units(run) == [(0, 1, "done"), (2, 3, "cancelled"), (4, 5, "cancelled")]
@@ -191,7 +191,7 @@ def test_it_fails_a_unit_that_kept_killing_its_worker_and_the_run_still_ends(
     assert fresh(run).status == "running"  # the other unit is still to come
 
     assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 2 * 3
-    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 0
+    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) is None
     run = fresh(run)
     assert run.status == "errors"
     assert (run.done_cells, run.error_cells, run.total_cells) == (12, 6, 12)
@@ -381,8 +381,8 @@ def test_it_does_nothing_for_a_duplicated_message_after_the_run_ended(
     before = snapshot(run)
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert tasks.unit_work.delay(run.pk, "runs").get() == 0  # redelivered by the broker
-        assert unit_work(run_id=run.pk, lane="runs") == 0
+        assert tasks.unit_work.delay(run.pk, "runs").get() is None  # redelivered by the broker
+        assert unit_work(run_id=run.pk, lane="runs") is None
         assert tasks.run_dispatch.delay(run.pk).get() == 0
 
     assert len(capital_server.requests) == calls
@@ -399,14 +399,14 @@ def test_it_does_not_claim_a_unit_another_worker_holds(project, capitals, capita
     dispatched(run)
     held = unit_claim(run_id=run.pk, lane="runs", owner="other")
 
-    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 0
+    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) is None
     assert capital_server.requests == []
     assert not Result.objects.filter(run=run).exists()
     held.refresh_from_db()
     assert (held.status, held.owner, held.attempts) == ("leased", "other", 1)
 
     assert unit_process(unit=held, owner="other") == 4 * 3  # its holder computes it, once
-    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 0
+    assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) is None
     assert len(capital_server.requests) == 4
     assert fresh(run).status == "success"
 
@@ -437,17 +437,17 @@ def test_it_sends_a_judge_step_to_the_llm_lane_after_the_invocations(
         (judge_key,)
     }
 
-    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) == 0  # nothing invoked yet
+    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) is None  # nothing invoked yet
     assert llm_server.calls == []
     assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 2 * 3
     assert units(run, "llm") == [(0, 1, "queued"), (2, 3, "waiting")]
     assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) == 2
-    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) == 0
+    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) is None
     assert len(llm_server.calls) == 2
     assert unit_work(run_id=run.pk, lane="runs", heartbeat=False) == 2 * 3
     assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) == 2
 
-    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) == 0  # a duplicated message
+    assert unit_work(run_id=run.pk, lane="llm", heartbeat=False) is None  # a duplicated message
     prompts = [call.json()["messages"][-1]["content"] for call in llm_server.calls]
     assert len(prompts) == 4
     references = Counter(

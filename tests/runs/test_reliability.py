@@ -119,7 +119,7 @@ class Workers:
         self.tmp_path = tmp_path
         self.started: list[subprocess.Popen] = []
 
-    def start(self, queues=QUEUES, beat: bool = True) -> subprocess.Popen:
+    def start(self, queues=QUEUES, beat: bool = True, concurrency: int = 2) -> subprocess.Popen:
         log = open(self.tmp_path / f"worker-{len(self.started)}.log", "w")  # noqa: SIM115
         schedule = ["--beat", "--schedule", str(self.tmp_path / f"beat-{len(self.started)}")]
         worker = subprocess.Popen(
@@ -134,7 +134,7 @@ class Workers:
                 "-Q",
                 ",".join(queues),
                 "--concurrency",
-                "2",
+                str(concurrency),
                 "-l",
                 "info",
                 "--without-mingle",
@@ -300,8 +300,10 @@ def test_it_finishes_within_a_minute_of_a_sigkill_and_pays_for_nothing_twice(
     )
     # The deployment the README shows: runs workers, and an llm worker that also runs beat.
     workers.start(queues=("llm", "default"), beat=True)
+    # One process each: the killed worker is busy with scenario 50's unit and nothing else (a
+    # call in flight in another process of it would be made again: at-least-once, in flight).
     for _ in range(2):
-        workers.start(queues=("runs", "code", "ingest"), beat=False)
+        workers.start(queues=("runs", "code", "ingest"), beat=False, concurrency=1)
     run_start(run=run)
     invoked_50 = Result.objects.filter(run=run, scenario__index=50, step_key="application-slow-bot")
     _wait(invoked_50.exists, 60, "the invocation of scenario 50")
