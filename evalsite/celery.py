@@ -1,10 +1,10 @@
 """The Celery app. Configuration lives in settings.py under CELERY_*; queues are declared here.
 
 One queue per kind of work, so each can get its own worker pool and concurrency:
-``runs`` (orchestration and chunk evaluation, judge calls included), ``code`` (sandboxed code
-evaluations sent by the celery code runner), ``llm`` (declared for judge calls; no tasks yet),
-``ingest`` (trace ingestion and online rules) and ``default``.
-Start a worker for all of them:  uv run celery -A evalsite worker -l info -Q default,runs,code,llm,ingest
+``runs`` (dispatch, work units that call applications and run cheap evaluators, the sweeper,
+metric refreshes), ``code`` (code units and batches with the ``celery`` code runner), ``llm``
+(units of model judges, for a thread-pool worker), ``ingest`` (online rules) and ``default``.
+``manage.py up`` starts the workers for one machine; README.md shows them for several.
 """
 
 import os

@@ -10,8 +10,9 @@ Public API (used by the ``code`` evaluator kind)::
 
 The runner is chosen by ``EVALSITE_CODE_RUNNER``: ``sandbox`` (default: bubblewrap + seccomp
 workers), ``inprocess`` (the same workers without any jail, for trusted single-user installs
-only), or a runner registered later with ``register_runner`` (``celery`` will be one: a thin
-wrapper that ships the same arguments to a sandbox host and returns its ``CallResult`` list).
+only), or a runner registered with ``register_runner``: ``celery`` (evaluators/sandbox_celery.py)
+ships the same arguments to a ``code`` worker and returns its ``CallResult`` list; work already
+on a code worker runs here instead (``runner_here``).
 A runner that cannot run raises ``SandboxUnavailable``; there is no silent fallback.
 
 See docs/sandbox.md for the threat model and the limits.
