@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything, then runs evalsite: migrations, demo data, web server and Celery worker.
+# Installs everything, then runs evalsite: migrations, demo data, web server and Celery workers.
 # With no DATABASE_URL / CELERY_BROKER_URL it starts an embedded PostgreSQL and Redis in .data/.
 set -euo pipefail
 cd "$(dirname "$0")"

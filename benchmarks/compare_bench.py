@@ -98,7 +98,7 @@ def seed(n: int) -> tuple[Run, Run, str, object]:
         ids = list(run.scenarios.order_by("index").values_list("pk", flat=True))
         for start in range(0, len(ids), 5000):
             chunk = [Scenario(pk=pk) for pk in ids[start : start + 5000]]
-            metrics.scenarios_refresh(run=run, scenarios=chunk)
+            metrics.scenarios_refresh(run=run, scenario_ids=[s.pk for s in chunk])
     cells = n * 3
     Run.objects.filter(pk__in=[r.pk for r in runs]).update(
         status="errors",

@@ -146,7 +146,7 @@ def main() -> None:
     infer = timed(lambda: [metrics.schema_infer(revision_id=r.pk) for r in revisions], args.repeat)
     scenarios = list(run.scenarios.order_by("?")[:20])
     per_scenario = [
-        timed(lambda s=s: metrics.scenarios_refresh(run=run, scenarios=[s]), 1)[0]
+        timed(lambda s=s: metrics.scenarios_refresh(run=run, scenario_ids=[s.pk]), 1)[0]
         for s in scenarios
     ]
 

@@ -22,7 +22,6 @@ from runs.metrics.schema import (
 )
 from runs.metrics.stats import (
     buckets_refresh,
-    run_metrics_stale,
     run_refresh,
     run_stats,
     scenarios_refresh,
@@ -43,7 +42,6 @@ __all__ = [
     "non_null_type",
     "revision_outputs_schema",
     "run_mappings_and_metrics_refresh",
-    "run_metrics_stale",
     "run_refresh",
     "run_stats",
     "scenarios_refresh",

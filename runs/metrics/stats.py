@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -268,16 +270,17 @@ def _scenarios_refresh(run, specs: dict, ids: list[int]) -> None:
     for step_key, step_specs_ in specs.items():
         for scenario_id, values in _per_scenario(run.pk, step_key, step_specs_, ids).items():
             per[scenario_id][step_key] = values
-    now = timezone.now()
-    RunMetrics.objects.bulk_create(
-        [
-            RunMetrics(run=run, scenario_id=pk, data=data, refreshed_at=now)
-            for pk, data in per.items()
-        ],
-        update_conflicts=True,
-        unique_fields=["run", "scenario", "bucket_start"],
-        update_fields=["data", "refreshed_at"],
-    )
+    # One upsert from two arrays: no model instances for thousands of rows.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO runs_runmetrics (run_id, scenario_id, bucket_start, data, refreshed_at)
+            SELECT %s, u.id, NULL, u.data::jsonb, %s FROM unnest(%s::bigint[], %s::text[]) AS u(id, data)
+            ON CONFLICT (run_id, scenario_id, bucket_start)
+            DO UPDATE SET data = EXCLUDED.data, refreshed_at = EXCLUDED.refreshed_at
+            """,
+            [run.pk, timezone.now(), list(per), [json.dumps(d) for d in per.values()]],
+        )
 
 
 def _per_scenario(
@@ -337,9 +340,3 @@ def buckets_refresh(*, run, scenario_ids: list[int] | None = None) -> None:
         RunMetrics.objects.update_or_create(
             run=run, bucket_start=start, scenario=None, defaults={"data": data, "refreshed_at": now}
         )
-
-
-def run_metrics_stale(run) -> bool:
-    if run.metrics_refreshed_at is None:
-        return run.done_cells > 0
-    return bool(run.progressed_at and run.progressed_at > run.metrics_refreshed_at)

@@ -91,7 +91,7 @@ def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
 
 
 def online_units_plan(*, rule: OnlineRule, traces) -> list[WorkUnit]:
-    """Scenarios for the traces the rule takes that have none yet, and one leased work unit per
+    """Scenarios for the traces the rule takes that have none yet, and one queued work unit per
     chunk of them (on the llm lane for model judges, else ingest). A trace that already has a
     scenario is its unit's business: duplicated dispatches make nothing twice."""
     ids = [t.pk for t in traces]

@@ -294,7 +294,8 @@ def online_rule_update(
 
 
 def online_rule_pause(*, rule: OnlineRule, reason: str = "") -> OnlineRule:
-    """Stop evaluating: queued work finds the rule paused and does nothing."""
+    """Stop evaluating: a unit claimed meanwhile finds the rule paused and is cancelled (resuming
+    queues it again)."""
     reason = (reason or "").strip()[:500] or "Paused."
     OnlineRule.objects.filter(pk=rule.pk).update(active=False, paused_reason=reason)
     rule.refresh_from_db()

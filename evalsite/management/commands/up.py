@@ -1,4 +1,4 @@
-"""Run the whole site on this machine: migrations, demo data, web server and Celery worker."""
+"""Run the whole site on this machine: migrations, demo data, web server and Celery workers."""
 
 import os
 import signal
@@ -15,7 +15,7 @@ from evalsite.demo import DEMO_PASSWORD, DEMO_USER
 
 
 class Command(BaseCommand):
-    help = "Migrate, load demo data, then run the web server and a Celery worker until Ctrl-C."
+    help = "Migrate, load demo data, then run the web server and the Celery workers until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
