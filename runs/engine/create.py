@@ -14,8 +14,8 @@ from runs.engine.process import unit_work
 from runs.engine.progress import run_finish_if_complete
 from runs.engine.steps import (
     annotation_step,
+    invocation_step,
     scenarios_from_testcases,
-    step_key_for_application,
     step_key_for_testset,
 )
 from runs.engine.units import units_plan
@@ -70,15 +70,7 @@ def run_create(
                 },
             },
         ),
-        RunStep(
-            run=run,
-            key=step_key_for_application(application),
-            type=StepType.INVOCATION,
-            position=1,
-            references={
-                "application": {"id": application.pk, "slug": application.slug, "version": None}
-            },
-        ),
+        invocation_step(run, application),
     ]
     steps += [annotation_step(run, revision, 2 + i) for i, revision in enumerate(revisions)]
     RunStep.objects.bulk_create(steps)

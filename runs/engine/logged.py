@@ -17,8 +17,8 @@ from runs.engine.cells import cells_replace_counted, scenario_statuses_update
 from runs.engine.locks import run_check_open, run_locked
 from runs.engine.steps import (
     annotation_step,
+    invocation_step,
     scenarios_from_testcases,
-    step_key_for_application,
     step_key_for_testset,
 )
 from runs.models import (
@@ -80,17 +80,7 @@ def run_create_logged(
         RunStep(run=run, key=input_key, type=StepType.INPUT, position=0, references=references)
     ]
     if application is not None:
-        steps.append(
-            RunStep(
-                run=run,
-                key=step_key_for_application(application),
-                type=StepType.INVOCATION,
-                position=1,
-                references={
-                    "application": {"id": application.pk, "slug": application.slug, "version": None}
-                },
-            )
-        )
+        steps.append(invocation_step(run, application))
     steps += [annotation_step(run, r, 2 + i) for i, r in enumerate(revisions)]
     RunStep.objects.bulk_create(steps)
     if testset_version is not None:

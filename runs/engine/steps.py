@@ -33,6 +33,18 @@ def step_key_for_revision(revision: EvaluatorRevision) -> str:
     return f"evaluator-{revision.slug}"
 
 
+def invocation_step(run: Run, application: Application) -> RunStep:
+    return RunStep(
+        run=run,
+        key=step_key_for_application(application),
+        type=StepType.INVOCATION,
+        position=1,
+        references={
+            "application": {"id": application.pk, "slug": application.slug, "version": None}
+        },
+    )
+
+
 def annotation_step(run: Run, revision: EvaluatorRevision, position: int) -> RunStep:
     return RunStep(
         run=run,

@@ -16,23 +16,6 @@ def _eager(celery_eager):
 
 
 @pytest.fixture
-def capitals(project):
-    return make_testset(project, CAPITALS)
-
-
-@pytest.fixture
-def column_app(project):
-    return application_create(
-        project=project, name="Capital QA", kind="column", config={"outputs_column": "outputs"}
-    )
-
-
-@pytest.fixture
-def exact(project):
-    return evaluator_create(project=project, kind="exact_match", name="Exact").head
-
-
-@pytest.fixture
 def polite(project):
     return evaluator_create(project=project, kind="regex", name="Polite", preset="no_apology").head
 
