@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from evalsite.management.commands.up import url_without_credentials
 from evalsite.models import ApiKey, Project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,3 +75,12 @@ def test_it_fails_loudly_on_a_malformed_setting():
     )
     assert result.returncode != 0
     assert "DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_it_prints_where_the_broker_is_without_its_credentials():
+    assert url_without_credentials("amqp://alice:s3cret@rabbit.internal:5672//") == (
+        "amqp://rabbit.internal:5672"
+    )
+    assert url_without_credentials("redis+socket:///srv/.data/redis/redis.sock") == (
+        "redis+socket://local socket"
+    )

@@ -7,12 +7,12 @@ def test_it_reports_database_and_broker_ok(client, db):
     assert response.json() == {"database": "ok", "broker": "ok"}
 
 
-def test_it_reports_an_unreachable_broker_as_503(client, db, settings):
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+def test_it_reports_an_unreachable_broker_as_503_without_saying_why(client, db, settings):
+    settings.CELERY_BROKER_URL = "redis://:s3cret-pw@127.0.0.1:1/0"
     response = client.get("/healthz")
     assert response.status_code == 503
-    assert response.json()["database"] == "ok"
-    assert response.json()["broker"].startswith("error")
+    assert response.json() == {"database": "ok", "broker": "failing"}
+    assert b"s3cret" not in response.content and b"127.0.0.1" not in response.content
 
 
 def test_it_renders_the_openapi_schema(client, db):

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -70,7 +71,7 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nevalsite is up at {url}  (log in as {DEMO_USER} / {DEMO_PASSWORD})\n"
-                f"Database: {settings.DATABASES['default']['HOST'] or 'localhost'}  Broker: {settings.CELERY_BROKER_URL}\n"
+                f"Database: {settings.DATABASES['default']['HOST'] or 'localhost'}  Broker: {url_without_credentials(settings.CELERY_BROKER_URL)}\n"
                 "Press Ctrl-C to stop.\n"
             )
         )
@@ -97,3 +98,9 @@ def _worker(env: dict, *, queues: list[str], concurrency: str, extra: list[str])
     command = [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "-l", "info"]
     command += ["-Q", ",".join(queues), "--concurrency", concurrency, *extra]
     return subprocess.Popen(command, env=env)
+
+
+def url_without_credentials(url: str) -> str:
+    """Scheme, host and port of a URL: never the user or password it may carry."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or 'local socket'}{f':{parts.port}' if parts.port else ''}"
