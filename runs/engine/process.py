@@ -108,7 +108,8 @@ def unit_process(*, unit: WorkUnit, owner: str) -> int:
     scenarios = _unit_scenarios(unit)
     steps = list(run.steps.select_related("revision__evaluator").order_by("position", "id"))
     invocation_step = next((s for s in steps if s.type == StepType.INVOCATION), None)
-    evaluator_steps = [s for s in steps if s.key in set(unit.step_keys)]
+    mine = set(unit.step_keys)
+    evaluator_steps = [s for s in steps if s.key in mine]
     existing = cells_existing(run, scenarios)
     written = 0
     invoked = {}
@@ -135,7 +136,7 @@ def unit_process(*, unit: WorkUnit, owner: str) -> int:
     for step in evaluator_steps:
         for repeat in range(run.repeats):
             cells += evaluations_compute(run, step, scenarios, invoked[repeat], existing, repeat)
-    if cells or unit.lane == Lane.RUNS:
+    if cells or unit.lane == Lane.RUNS:  # the runs lane also sets the scenarios' statuses here
         written += cells_write(run, scenarios, cells, unit=unit, owner=owner).cells
     unit_complete(unit=unit, owner=owner)
     return written
