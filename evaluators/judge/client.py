@@ -1,28 +1,32 @@
 """One chat-completions request, made the careful way.
 
 ``Caller.chat(messages)`` waits for the connection's shared rate limiter, checks the spend cap,
-sends the request with the official ``openai`` client (its own retries off: this module decides),
-and retries 429, 5xx, timeouts and refused connections with exponential backoff and full jitter,
-honouring ``Retry-After`` / ``retry-after-ms`` (a 429 that names one holds the whole connection
-back, on every worker). After ``max_retries`` retries the call fails with an ``EvaluationError``;
-it never turns into a score. 401 and 403 fail at once and mark the whole batch (and the
-connection) as refused. Every attempt is recorded, for the judge's trace.
+sends the request with the official ``openai`` client over an ``evalsite.outbound`` client (only
+the addresses ``EVALSITE_MODELS_ALLOW_PRIVATE`` allows, checked on every request and redirect hop,
+the connection pinned to the checked address, the answer bounded), and retries 429, 5xx,
+timeouts and refused connections with ``outbound.Backoff`` (exponential, full jitter, honouring
+``Retry-After`` / ``retry-after-ms``; a 429 that names one holds the whole connection back, on
+every worker). The SDK's own retries are off: they would hide attempts from the trace, could not
+hold the other workers back, and would not check the spend cap between attempts. After
+``max_retries`` retries the call fails with an ``EvaluationError``; it never turns into a score.
+401 and 403 fail at once and mark the whole batch (and the connection) as refused; an address
+refused by the outbound check fails at once too. Every attempt is recorded, for the judge's trace.
 """
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import redis
 
+from evalsite import outbound
 from evalsite.jsonpaths import dig
 from evaluators.judge.conf import setting
 from evaluators.judge.limits import Limiter, RateLimited, SpendCounter
@@ -73,15 +77,38 @@ class Usage:
             self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
 
 
+def model_policy() -> outbound.Policy:
+    """Where model connections may call: public addresses, unless EVALSITE_MODELS_ALLOW_PRIVATE."""
+    return outbound.Policy(
+        allow_private=bool(setting("EVALSITE_MODELS_ALLOW_PRIVATE")),
+        setting="EVALSITE_MODELS_ALLOW_PRIVATE",
+        caller="Model connections",
+    )
+
+
+def model_http_client(policy: outbound.Policy, timeout: float) -> httpx.Client:
+    """What the openai client sends through. Redirects are followed (gateways redirect), each hop
+    checked by ``policy`` like the first request; the pool is as large as the SDK's own."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    return outbound.client(policy, timeout=timeout, follow_redirects=True, limits=limits)
+
+
 @functools.lru_cache(maxsize=64)
-def _openai_client(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
-    # Cached so keep-alive connections outlive one batch. The key is part of the cache key, so a
-    # changed key builds a new client. openai takes a second to import: imported here, only the
-    # processes that call a model pay for it, not every web worker and manage.py command.
+def _openai_client(
+    base_url: str, api_key: str, timeout: float, policy: outbound.Policy
+) -> openai.OpenAI:
+    # Cached so keep-alive connections outlive one batch. The key and the policy are part of the
+    # cache key, so a changed key or setting builds a new client. openai takes a second to
+    # import: imported here, only the processes that call a model pay for it, not every web
+    # worker and manage.py command.
     import openai
 
     return openai.OpenAI(
-        base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=timeout
+        base_url=base_url,
+        api_key=api_key or "none",
+        max_retries=0,
+        timeout=timeout,
+        http_client=model_http_client(policy, timeout),
     )
 
 
@@ -90,7 +117,9 @@ os.register_at_fork(after_in_child=_openai_client.cache_clear)
 
 
 def openai_client(connection) -> openai.OpenAI:
-    return _openai_client(connection.base_url, connection.api_key(), connection.timeout_seconds)
+    return _openai_client(
+        connection.base_url, connection.api_key(), connection.timeout_seconds, model_policy()
+    )
 
 
 class Shared:
@@ -220,6 +249,12 @@ class Caller:
             ))  # fmt: skip
         except openai.APIConnectionError as exc:
             attempt.error = f"connection failed: {exc.__cause__ or exc}"
+            if isinstance(exc.__cause__, outbound.Refused):
+                raise EvaluationError(str(exc.__cause__), code="connection_address_refused")
+            if isinstance(exc.__cause__, outbound.TooLarge | outbound.Compressed):
+                raise EvaluationError(
+                    f"The model endpoint's answer was refused: {exc.__cause__}", code="model_error"
+                )
             raise _Retry(EvaluationError(
                 f"The model endpoint could not be reached: {exc.__cause__ or exc}",
                 code="model_unreachable",
@@ -267,7 +302,7 @@ class Caller:
             code = "rate_limited" if status == 429 else "model_unavailable"
             return _Retry(
                 EvaluationError(f"The model endpoint {what}: {detail}", code=code),
-                after=retry_after(exc.response.headers),
+                after=outbound.retry_after(exc.response.headers),
                 status=status,
             )
         if status == 400 and "response_format" in options and _about_format(detail):
@@ -282,7 +317,7 @@ class Caller:
     @staticmethod
     def _backoff(attempt: int) -> float:
         cap = setting("EVALSITE_JUDGE_MAX_BACKOFF_SECONDS")
-        return random.uniform(0, min(cap, BACKOFF_BASE_S * 2**attempt))
+        return outbound.Backoff(BACKOFF_BASE_S, cap).pause(attempt)
 
 
 class _Retry(Exception):
@@ -296,30 +331,6 @@ class _Retry(Exception):
         self.after = after
         self.status = status
         self.free = free
-
-
-def retry_after(headers) -> float | None:
-    """Seconds from ``retry-after-ms``, or ``Retry-After`` (seconds or an HTTP date)."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _snippet(exc: openai.APIStatusError) -> str:

@@ -2,14 +2,13 @@
 
 A connection's base URL must reach a public address unless ``EVALSITE_MODELS_ALLOW_PRIVATE`` is
 on (a self-hosted server must not become a proxy into its own network; local models such as
-Ollama or vLLM on the same network need the setting). The check runs at save time and again
-before every batch, since DNS answers can change.
+Ollama or vLLM on the same network need the setting). ``address_problem`` checks at save time
+and before every batch, to say so early; ``evalsite.outbound`` checks every request as it is
+sent (redirect hops included), since DNS answers can change.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,11 +18,11 @@ from django.utils import timezone
 from django.utils.text import slugify
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evalsite import outbound
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
 from evaluators.crypto import UndecryptableKey
-from evaluators.judge.client import Caller, Shared
-from evaluators.judge.conf import setting
+from evaluators.judge.client import Caller, Shared, model_policy
 from evaluators.models import ModelConnection
 from evaluators.normalize import EvaluationError
 
@@ -69,24 +68,15 @@ class ConnectionConfig(BaseModel):
 
 
 def address_problem(base_url: str) -> str | None:
-    """Why evalsite refuses to call this URL's host, or None."""
-    if setting("EVALSITE_MODELS_ALLOW_PRIVATE"):
-        return None
-    host = urlsplit(base_url).hostname or ""
+    """Why evalsite refuses to call this URL's host, or None. Every request is checked again as
+    it is sent (``evaluators.judge.client``); this one tells a person at once."""
+    policy = model_policy()
+    if policy.allow_private:
+        return None  # nothing to refuse; the name is looked up when it is called
     try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        return f"The host {host!r} does not resolve ({exc})."
-    for info in infos:
-        ip = ipaddress.ip_address(info[4][0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if not ip.is_global or ip.is_multicast:
-            return (
-                f"{host} resolves to {ip}, a private address. Model connections may only call "
-                f"public addresses; an operator can allow private ones with "
-                f"EVALSITE_MODELS_ALLOW_PRIVATE=1."
-            )
+        outbound.checked_addresses(base_url, policy)
+    except outbound.OutboundError as exc:
+        return str(exc)
     return None
 
 

@@ -5,11 +5,10 @@ value the evaluator contract accepts (a bool, a number, a dict of metrics), norm
 code evaluator's return value.
 
 Evaluators are configured by project members, and the request leaves from evalsite's own
-network, so the URL must not reach private, loopback or link-local addresses (cloud metadata,
-the database, admin ports). The host is resolved once, every address is checked, and the
-connection goes to a checked address (no second lookup that DNS rebinding could answer
-differently); redirects are not followed. ``EVALSITE_WEBHOOK_ALLOW_PRIVATE`` lifts the address
-check for installations whose webhooks live on the internal network.
+network, so the call goes through ``evalsite.outbound``: only public addresses, the connection
+pinned to the address checked, the answer bounded by ``max_response_bytes`` and
+``timeout_seconds``. Redirects are not followed. ``EVALSITE_WEBHOOK_ALLOW_PRIVATE`` lifts the
+address check for installations whose webhooks live on the internal network.
 """
 
 from __future__ import annotations
@@ -17,14 +16,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import socket
-import time
 from typing import Any
 
 import httpx
 from django.conf import settings
 from pydantic import Field, field_validator
 
+from evalsite import outbound
+from evaluators.crypto import secrets_unseal
 from evaluators.kinds.base import Kind, KindParameters, register, ui
 from evaluators.normalize import EvaluationError
 
@@ -39,7 +38,6 @@ _RESERVED_HEADERS = {
     "connection",
     "accept-encoding",
 }
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 SNIPPET = 300
 
 
@@ -63,8 +61,9 @@ class Parameters(KindParameters):
     )
     headers: dict[str, str] = Field(
         default_factory=dict,
-        description='Extra request headers, e.g. {"Authorization": "Bearer ..."}.',
-        json_schema_extra=ui(advanced=True, widget="json"),
+        description='Extra request headers, e.g. {"Authorization": "Bearer ..."}. Values are '
+        'stored encrypted and read back as "••••••"; send "••••••" to keep a stored value.',
+        json_schema_extra=ui(advanced=True, widget="json", sealed=True),
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
@@ -117,10 +116,6 @@ def _is_ip(url: httpx.URL) -> bool:
 
 def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> Any:
     url = httpx.URL(parameters.url)
-    addresses = _resolve(url)
-    if not settings.EVALSITE_WEBHOOK_ALLOW_PRIVATE:
-        for address in addresses:
-            refuse_private_address(url, address)
     body = json.dumps(
         {
             "inputs": inputs,
@@ -130,12 +125,24 @@ def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> Any:
             "parameters": parameters.model_dump(mode="json", exclude={"headers"}),
         }
     ).encode()
-    deadline = time.monotonic() + parameters.timeout_seconds
+    headers = httpx.Headers({"Accept": "application/json", "User-Agent": "evalsite-webhook/1"})
+    headers.update(secrets_unseal(parameters.headers))
+    headers["Content-Type"] = "application/json"
     try:
-        with httpx.Client(
-            timeout=parameters.timeout_seconds, follow_redirects=False, trust_env=False
+        with outbound.client(
+            _policy(),
+            timeout=parameters.timeout_seconds,
+            max_response_bytes=parameters.max_response_bytes,
         ) as client:
-            return _post(client, url, addresses, body, parameters, deadline)
+            response = client.post(url, content=body, headers=headers)
+    except outbound.Refused as exc:
+        raise EvaluationError(str(exc), code="webhook_address_refused")
+    except outbound.Unresolvable as exc:
+        raise EvaluationError(str(exc), code="webhook_unresolvable")
+    except outbound.TooLarge:
+        raise _too_large(parameters)
+    except outbound.Compressed as exc:
+        raise EvaluationError(str(exc), code="webhook_invalid_response")
     except httpx.TimeoutException:
         raise _timeout(parameters)
     except httpx.HTTPError as exc:
@@ -143,125 +150,23 @@ def evaluate(parameters: Parameters, inputs: dict, outputs: Any, trace) -> Any:
             f"The webhook call to {_where(url)} failed: {exc or type(exc).__name__}",
             code="webhook_unreachable",
         )
-
-
-def _resolve(url: httpx.URL) -> list[str]:
-    host = url.raw_host.decode("ascii")
+    if not response.is_success:
+        raise _http_error(url, response, response.content[:SNIPPET])
     try:
-        found = socket.getaddrinfo(host, url.port or 0, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise EvaluationError(
-            f"The webhook host {url.host!r} could not be resolved: {exc}",
-            code="webhook_unresolvable",
-        )
-    return list(dict.fromkeys(str(info[4][0]) for info in found))
-
-
-def refuse_private_address(url: httpx.URL, address: str) -> None:
-    """Raise ``webhook_address_refused`` unless ``address`` is public, seen through IPv4 wrapped
-    in IPv6 (mapped, 6to4, NAT64)."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address):
-        # An IPv4 address wrapped in IPv6 is reached as that IPv4 address.
-        if ip in _NAT64:
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-        else:
-            ip = ip.ipv4_mapped or ip.sixtofour or ip
-    if ip.is_global and not ip.is_multicast:
-        return
-    what = next(
-        (
-            name
-            for name, found in (
-                ("loopback", ip.is_loopback),
-                ("link-local", ip.is_link_local),
-                ("private", ip.is_private),
-            )
-            if found
-        ),
-        "non-public",
-    )
-    raise EvaluationError(
-        f"The webhook host {url.host!r} resolves to {address}, a {what} address. Webhooks may "
-        f"only call public addresses (an operator can allow private ones with "
-        f"EVALSITE_WEBHOOK_ALLOW_PRIVATE).",
-        code="webhook_address_refused",
-    )
-
-
-def _post(client, url, addresses, body, parameters, deadline) -> Any:
-    response = _connect(client, url, addresses, body, parameters, deadline)
-    try:
-        if not response.is_success:
-            raise _http_error(url, response, _read(response, SNIPPET, deadline, parameters)[0])
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise EvaluationError(
-                f"The webhook answered with Content-Encoding {encoding}; evalsite asks for an "
-                f"uncompressed answer (Accept-Encoding: identity) and reads only that.",
-                code="webhook_invalid_response",
-            )
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > parameters.max_response_bytes:
-            raise _too_large(parameters)
-        content, complete = _read(response, parameters.max_response_bytes, deadline, parameters)
-        if not complete:
-            raise _too_large(parameters)
-    finally:
-        response.close()
-    try:
-        return json.loads(content)
+        return json.loads(response.content)
     except ValueError as exc:
-        text = content[:SNIPPET].decode("utf-8", "replace")
+        text = response.content[:SNIPPET].decode("utf-8", "replace")
         raise EvaluationError(
             f"The webhook's answer is not JSON ({exc}): {text!r}", code="webhook_invalid_response"
         )
 
 
-def _connect(client, url, addresses, body, parameters, deadline) -> httpx.Response:
-    """Send to the checked addresses in turn, keeping the name for Host and TLS (SNI and
-    certificate checks use the name, not the address)."""
-    headers = httpx.Headers({"Accept": "application/json", "User-Agent": "evalsite-webhook/1"})
-    headers.update(parameters.headers)
-    headers.update(
-        {
-            "Host": url.netloc.decode("ascii"),
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-        }
+def _policy() -> outbound.Policy:
+    return outbound.Policy(
+        allow_private=settings.EVALSITE_WEBHOOK_ALLOW_PRIVATE,
+        setting="EVALSITE_WEBHOOK_ALLOW_PRIVATE",
+        caller="Webhooks",
     )
-    extensions = {"sni_hostname": url.raw_host.decode("ascii")} if url.scheme == "https" else {}
-    for attempt, address in enumerate(addresses, start=1):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _timeout(parameters)
-        request = client.build_request(
-            "POST",
-            url.copy_with(host=address),
-            content=body,
-            headers=headers,
-            extensions=extensions,
-            timeout=remaining,
-        )
-        try:
-            return client.send(request, stream=True)
-        except httpx.ConnectError:
-            if attempt == len(addresses):
-                raise
-    raise EvaluationError(f"{url.host!r} has no address", code="webhook_unresolvable")
-
-
-def _read(response: httpx.Response, limit: int, deadline: float, parameters) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of the body, and whether that was all of it."""
-    chunks, size = [], 0
-    for chunk in response.iter_raw():
-        if time.monotonic() > deadline:
-            raise _timeout(parameters)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
 
 
 def _http_error(url: httpx.URL, response: httpx.Response, body: bytes) -> EvaluationError:
