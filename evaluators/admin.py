@@ -3,6 +3,7 @@ from django.contrib import admin
 
 from evalsite.admin import pretty_json
 from evaluators.models import Evaluator, EvaluatorRevision, ModelConnection, Preset
+from evaluators.services import parameters_shown
 
 
 class RevisionInline(admin.TabularInline):
@@ -66,7 +67,7 @@ class EvaluatorRevisionAdmin(admin.ModelAdmin):
 
     @admin.display(description="Parameters")
     def parameters_pretty(self, obj):
-        return pretty_json(obj.parameters)
+        return pretty_json(parameters_shown(obj.kind, obj.parameters))
 
     @admin.display(description="Schemas")
     def schemas_pretty(self, obj):

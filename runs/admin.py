@@ -130,9 +130,17 @@ class SpanAdmin(ReadOnlyAdmin):
 
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
+    """The config is read-only here: its header values are sealed and never shown."""
+
     list_display = ["name", "slug", "kind", "project", "created_at"]
     list_filter = ["kind", "project"]
     search_fields = ["name", "slug"]
+    exclude = ["config"]
+    readonly_fields = ["config_pretty"]
+
+    @admin.display(description="Config")
+    def config_pretty(self, obj):
+        return pretty_json(obj.config_shown)
 
 
 class RunStepInline(admin.TabularInline):

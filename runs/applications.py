@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
+from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
 
+from evalsite import outbound
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.jsonpaths import dig
 from evalsite.models import Project
+from evaluators.crypto import UndecryptableKey, reseal, secrets_seal, secrets_unseal
 from runs import conf
 from runs.models import Application
 from runs.traces import spans_valid
 
 MISSING = object()  # an outputs_path the response does not have
+# Between attempts: Retry-After when the application names one, else 0.2 s, 0.4 s, ... (jittered).
+RETRY = outbound.Backoff(base_seconds=0.1, max_seconds=10.0)
 
 
 class ColumnConfig(BaseModel):
@@ -64,9 +66,12 @@ def application_config_validate(kind: str, config: dict | None) -> dict:
             {"kind": [f"Unknown application kind {kind!r}; use column, logged or http."]}
         )
     try:
-        return CONFIGS[kind].model_validate(config or {}).model_dump(mode="json")
+        checked = CONFIGS[kind].model_validate(config or {}).model_dump(mode="json")
     except ValidationError as exc:
         raise InvalidInput(pydantic_fields(exc, prefix="config"))
+    if "headers" in checked:
+        checked["headers"] = secrets_seal(checked["headers"], {}, field="config.headers")
+    return checked
 
 
 def application_create(
@@ -87,6 +92,24 @@ def application_create(
     return Application.objects.create(
         project=project, name=name, slug=slug, kind=kind, config=config, description=description
     )
+
+
+def application_secrets_rotate() -> dict[str, Any]:
+    """Re-encrypt the header values of every HTTP application under the first encryption key;
+    ones no configured key decrypts are left as they are and listed by id."""
+    rotated, failed = 0, []
+    with transaction.atomic():
+        apps = Application.objects.filter(kind=Application.Kind.HTTP).select_for_update()
+        for app in apps.only("pk", "config"):
+            headers = app.config.get("headers") or {}
+            try:
+                resealed = {name: reseal(value) for name, value in headers.items()}
+            except UndecryptableKey:
+                failed.append(f"application {app.pk}")
+                continue
+            Application.objects.filter(pk=app.pk).update(config={**app.config, "headers": resealed})
+            rotated += 1
+    return {"rotated": {"applications": rotated}, "failed": failed}
 
 
 @dataclass
@@ -113,7 +136,7 @@ def invoke_many(application: Application, inputs_list: list[dict[str, Any]]) -> 
     if application.kind == Application.Kind.HTTP:
         config = HttpConfig.model_validate(application.config)
         with (
-            httpx.Client(timeout=config.timeout_s, follow_redirects=False) as client,
+            outbound.client(_policy(), timeout=config.timeout_s) as client,
             ThreadPoolExecutor(max_workers=config.concurrency) as pool,
         ):
             return list(pool.map(lambda i: _call_http(client, config, i), inputs_list))
@@ -144,16 +167,17 @@ def _from_column(inputs: dict[str, Any], column: str) -> Invocation:
 def _call_http(client: httpx.Client, config: HttpConfig, inputs: dict[str, Any]) -> Invocation:
     started, start = time.perf_counter(), timezone.now()
     url = str(config.url)
-    try:
-        check_public_url(url, setting="EVALSITE_APPLICATIONS_ALLOW_PRIVATE")
-    except InvalidInput as exc:
-        return Invocation(
-            inputs, error=_error("address_refused", next(iter(exc.fields.values()))[0]), start=start
-        )
-    error = None
+    error, pause = None, 0.0
     for attempt in range(config.retries + 1):
+        time.sleep(pause)
+        asked = None  # the headers of a 429 or 5xx, which may say when to come back
         try:
-            response = client.post(url, json={"inputs": inputs}, headers=config.headers)
+            response = client.post(
+                url, json={"inputs": inputs}, headers=secrets_unseal(config.headers)
+            )
+        except (outbound.Refused, outbound.TooLarge, outbound.Compressed) as exc:
+            code = "address_refused" if isinstance(exc, outbound.Refused) else "invalid_response"
+            return Invocation(inputs, error=_error(code, str(exc)), start=start)
         except httpx.TimeoutException:
             error = _error(
                 "timeout", f"The application did not answer within {config.timeout_s:g} s."
@@ -161,19 +185,26 @@ def _call_http(client: httpx.Client, config: HttpConfig, inputs: dict[str, Any])
         except httpx.HTTPError as exc:
             error = _error("connection_error", f"Could not reach the application: {exc}")
         else:
-            if response.status_code == 429 or response.status_code >= 500:
-                error = _error("http_status", f"The application answered {response.status_code}.")
-                _sleep_before_retry(response, attempt)
-                continue
-            return _from_response(response, config, inputs, start, started)
-        _sleep_before_retry(None, attempt)
+            if response.status_code != 429 and response.status_code < 500:
+                return _from_response(response, config, inputs, start, started)
+            error = _error("http_status", f"The application answered {response.status_code}.")
+            asked = response.headers
+        pause = RETRY.pause(attempt + 1, asked)
+        if RETRY.too_long(pause):
+            error["message"] += (
+                f" It asked to wait {pause:g} s before a retry, longer than evalsite waits "
+                f"({RETRY.max_seconds:g} s)."
+            )
+            break
     return Invocation(inputs, error=error, start=start, duration_ms=_ms(started))
 
 
-def _sleep_before_retry(response: httpx.Response | None, attempt: int) -> None:
-    retry_after = response.headers.get("Retry-After") if response is not None else None
-    delay = float(retry_after) if retry_after and retry_after.isdigit() else 0.2 * 2**attempt
-    time.sleep(min(delay, 10.0))
+def _policy() -> outbound.Policy:
+    return outbound.Policy(
+        allow_private=conf.allow_private("EVALSITE_APPLICATIONS_ALLOW_PRIVATE"),
+        setting="EVALSITE_APPLICATIONS_ALLOW_PRIVATE",
+        caller="HTTP applications",
+    )
 
 
 def _from_response(response, config: HttpConfig, inputs, start, started) -> Invocation:
@@ -226,33 +257,6 @@ def _own_trace(trace: Any, outputs: Any) -> dict | None:
     attributes["ag"] = ag
     spans = {**trace["spans"], root_id: {"span_id": root_id, **root, "attributes": attributes}}
     return {**trace, "spans": spans}
-
-
-def check_public_url(url: str, *, setting: str) -> None:
-    """Refuse URLs whose host resolves to a private, loopback or link-local address, unless the
-    named setting allows them (a self-hosted server must not become a proxy into its network)."""
-    if conf.allow_private(setting):
-        return
-    host = urlsplit(url).hostname or ""
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except socket.gaierror:
-        raise InvalidInput({"url": [f"The host {host!r} does not resolve."]})
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if (
-            address.is_private
-            or address.is_loopback
-            or address.is_link_local
-            or address.is_reserved
-        ):
-            raise InvalidInput(
-                {
-                    "url": [
-                        f"{host} resolves to {address}, a private address; set {setting}=1 to allow it."
-                    ]
-                }
-            )
 
 
 def _error(code: str, message: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from evalsite.models import Project
+from evaluators.crypto import secrets_mask
 
 
 class ProjectQuerySet(models.QuerySet):
@@ -186,6 +187,13 @@ class Application(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def config_shown(self) -> dict:
+        """The config as people see it: header values are sealed and write-only."""
+        if not self.config.get("headers"):
+            return self.config
+        return {**self.config, "headers": secrets_mask(self.config["headers"])}
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -491,7 +499,7 @@ class Channel(models.TextChoices):
 class AnnotationQuerySet(ProjectQuerySet):
     def for_evaluator(self, ref: str | int):
         """Match by evaluator id or slug: annotations carry both, so either finds them."""
-        if isinstance(ref, int) or str(ref).isdigit():
+        if isinstance(ref, int) or str(ref).isdecimal():
             return self.filter(Q(evaluator_id=int(ref)) | Q(evaluator_slug=str(ref)))
         return self.filter(evaluator_slug=ref)
 

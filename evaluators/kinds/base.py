@@ -31,13 +31,18 @@ def ui(
     widget: str = "",
     ground_truth_key: bool = False,
     label: str = "",
+    sealed: bool = False,
 ) -> dict[str, Any]:
     """UI hints for a parameter, stored as ``x-*`` keys of its JSON Schema.
 
     ``widget`` is one of ``code``, ``regex``, ``json``, ``json-schema``, ``textarea``, ``choice``.
     ``ground_truth_key`` marks the setting that names the testcase column holding the truth.
+    ``sealed`` marks a name -> secret map (a webhook's headers): its values are stored
+    encrypted and read back as ``evaluators.crypto.MASK`` (``x-sealed``).
     """
     hints: dict[str, Any] = {}
+    if sealed:
+        hints["x-sealed"] = True
     if advanced:
         hints["x-advanced"] = True
     if hidden:
@@ -129,6 +134,15 @@ class Kind:
 
     def settings_template(self) -> dict[str, Any]:
         return self.parameters.model_json_schema()
+
+    @property
+    def sealed(self) -> tuple[str, ...]:
+        """The settings whose values are secrets (``ui(sealed=True)``)."""
+        return tuple(
+            name
+            for name, found in self.parameters.model_fields.items()
+            if isinstance(found.json_schema_extra, dict) and found.json_schema_extra.get("x-sealed")
+        )
 
 
 def _has_all_defaults(kind: Kind) -> bool:

@@ -23,7 +23,15 @@ TAGS = ["runs"]
 # --- serializers --------------------------------------------------------------------------------
 
 
+SEALED_HEADERS = (
+    "Header values are secrets: stored encrypted and never returned; reads show each name "
+    'with "••••••".'
+)
+
+
 class ApplicationSerializer(serializers.ModelSerializer):
+    config = serializers.JSONField(source="config_shown", read_only=True, help_text=SEALED_HEADERS)
+
     class Meta:
         model = Application
         fields = ["id", "slug", "name", "description", "kind", "config", "created_at"]
@@ -34,7 +42,12 @@ class ApplicationCreateSerializer(serializers.Serializer):
     slug = serializers.SlugField(required=False, allow_blank=True, default="")
     description = serializers.CharField(required=False, allow_blank=True, default="")
     kind = serializers.ChoiceField(choices=Application.Kind.choices)
-    config = serializers.JSONField(required=False, default=dict)
+    config = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text='http: {"url", "headers", "timeout_s", "retries", "concurrency", '
+        '"outputs_path", "trace_path"}. ' + SEALED_HEADERS,
+    )
 
 
 class StepSerializer(serializers.Serializer):
@@ -115,7 +128,7 @@ def whole_param(request, name: str, default: int) -> int:
     raw = request.query_params.get(name, "")
     if raw == "":
         return default
-    if not raw.isdigit():
+    if not raw.isdecimal():
         raise InvalidInput({name: ["must be a whole number (0 or more)"]})
     return int(raw)
 
@@ -147,7 +160,7 @@ def _revisions(project, refs: list[str]) -> list:
 def _testset_version(project, ref, version):
     if not ref:
         return None
-    lookup = {"pk": int(ref)} if str(ref).isdigit() else {"slug": ref}
+    lookup = {"pk": int(ref)} if str(ref).isdecimal() else {"slug": ref}
     testset = Testset.objects.for_project(project).filter(**lookup).select_related("head").first()
     if testset is None:
         raise InvalidInput({"testset": [f"No testset {ref!r} in this project."]})
@@ -164,7 +177,7 @@ def _testset_version(project, ref, version):
 def _application(project, ref):
     if not ref:
         return None
-    lookup = {"pk": int(ref)} if str(ref).isdigit() else {"slug": ref}
+    lookup = {"pk": int(ref)} if str(ref).isdecimal() else {"slug": ref}
     app = Application.objects.for_project(project).filter(**lookup).first()
     if app is None:
         raise InvalidInput({"application": [f"No application {ref!r} in this project."]})
