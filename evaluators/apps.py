@@ -2,6 +2,7 @@ import logging
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 from evaluators.sandbox import register_runner, sandbox_status
@@ -20,7 +21,27 @@ class EvaluatorsConfig(AppConfig):
 
         post_migrate.connect(lambda **kwargs: presets_sync(), sender=self, weak=False)
         register_runner("celery", CeleryRunner())
+        checks.register(check_code_runner)
         report_code_runner()
+
+
+def check_code_runner(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """``manage.py check`` (and runserver) name why code evaluators cannot run here, and say
+    when jailed code runs as host root."""
+    if settings.EVALSITE_CODE_RUNNER == "celery":
+        return []  # the code workers' business
+    status = sandbox_status(probe=False)
+    hint = "Every code evaluation fails until this is fixed; see docs/sandbox.md."
+    if not status.get("available"):
+        runner = status.get("runner") or settings.EVALSITE_CODE_RUNNER
+        message = (
+            f"Code evaluators cannot run: the {runner} runner is unavailable: {status['problem']}"
+        )
+        return [checks.Warning(message, hint=hint, id="evaluators.W001")]
+    return [
+        checks.Warning(f"Code sandbox: {warning}", id="evaluators.W002")
+        for warning in status.get("warnings", [])
+    ]
 
 
 def report_code_runner() -> None:
@@ -43,3 +64,5 @@ def report_code_runner() -> None:
             "Use it only on a trusted single-user install. !!!",
             status["warning"],
         )
+    for warning in status.get("warnings", []):
+        logger.warning("Code sandbox: %s", warning)

@@ -86,6 +86,7 @@ class CeleryRunner:
         )
         if remote.get("warning"):
             status["warning"] = f"on the code worker: {remote['warning']}"
+        status["warnings"] = [f"on the code worker: {w}" for w in remote.get("warnings", [])]
         return status
 
     def _call(self, task: str, kwargs: dict[str, Any], work_s: float, pickup_s: float = 0) -> Any:
@@ -195,3 +196,5 @@ def _report_local_sandbox(sender=None, **kwargs: Any) -> None:
         )
     elif status.get("warning"):
         logger.warning("!!! %s !!!", status["warning"])
+    for warning in status.get("warnings", []):
+        logger.warning("Code sandbox: %s", warning)

@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 CHECK_TIMEOUT_S = 10.0
+_FAMILIES = ("python", "javascript")  # one runtime of each jail layout
 PROBE_TTL_S = 30.0
 _probes: dict[Config, tuple[float, str | None]] = {}
 _probe_lock = threading.Lock()
@@ -84,14 +85,14 @@ class WorkerRunner:
         self.name = name
         self.sandboxed = sandboxed
 
-    def run_batch(self, *, config: Config, **kwargs: Any) -> list[CallResult]:
+    def run_batch(self, *, config: Config, runtime: str, **kwargs: Any) -> list[CallResult]:
         if self.sandboxed:
-            _require_sandbox(config)
-        return pool.run_batch(config=config, sandboxed=self.sandboxed, **kwargs)
+            _require_sandbox(config, runtime)
+        return pool.run_batch(config=config, runtime=runtime, sandboxed=self.sandboxed, **kwargs)
 
     def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]:
         if self.sandboxed:
-            _require_sandbox(config)
+            _require_sandbox(config, runtime)
         # A one-off worker: checking runs the module's top level, which must not leave anything
         # behind in a pooled worker.
         worker = (
@@ -109,8 +110,7 @@ class WorkerRunner:
         if self.sandboxed:
             problem = _sandbox_problem(config, probe=probe)
             status.update(available=problem is None, problem=problem)
-            if problem is None:
-                status.update(_uid_report(config))
+            status.update(_uid_report(config))
         else:
             status["warning"] = (
                 "user code runs without any sandbox (EVALSITE_CODE_RUNNER=inprocess)"
@@ -222,14 +222,17 @@ def _check_runtime(runtime: str) -> None:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
 
 
-def _require_sandbox(config: Config) -> None:
-    problem = _sandbox_problem(config, probe=False)
+def _require_sandbox(config: Config, runtime: str) -> None:
+    problem = _sandbox_problem(config, probe=False, runtimes=(runtime,))
     if problem:
         raise SandboxUnavailable(problem)
 
 
-def _sandbox_problem(config: Config, *, probe: bool = True) -> str | None:
-    """Why the jail cannot run here, or None. ``probe`` also starts a jailed worker."""
+def _sandbox_problem(
+    config: Config, *, probe: bool = True, runtimes: tuple[str, ...] = _FAMILIES
+) -> str | None:
+    """Why the jail cannot run ``runtimes`` here, or None. ``probe`` also starts a jailed
+    worker."""
     for name, path, package in (
         ("bwrap", config.bwrap, "bubblewrap"),
         ("prlimit", config.prlimit, "util-linux"),
@@ -241,6 +244,9 @@ def _sandbox_problem(config: Config, *, probe: bool = True) -> str | None:
         filter_bpf(allow_threads=True)
     except SandboxUnavailable as exc:
         return str(exc)
+    refusals = [jail.uid_decision(config, runtime)[1] for runtime in runtimes]
+    if any(refusals):
+        return "; ".join(r for r in refusals if r)
     return _probe(config) if probe else None
 
 
@@ -263,14 +269,14 @@ def _probe(config: Config) -> str | None:
 
 def _uid_report(config: Config) -> dict[str, Any]:
     """The host uid each runtime's workers run as, and a warning for each that stays root."""
-    uids = {}
-    for runtime in ("python", "javascript"):
-        uid = jail.sandbox_uid(config, runtime)
-        uids[runtime] = uid if uid is not None else os.geteuid()
+    uids: dict[str, int] = {}
+    for runtime in _FAMILIES:
+        uid, refused = jail.uid_decision(config, runtime)
+        if not refused:
+            uids[runtime] = uid if uid is not None else os.geteuid()
     warnings = [
-        f"{runtime} workers run as host root (uid 0): some path the jail binds is not readable "
-        "by uid 65534; a world-readable runtime (EVALSITE_SANDBOX_PYTHON / EVALSITE_SANDBOX_NODE) "
-        "lets them drop to 65534."
+        f"{runtime} workers run as host root (uid 0), as EVALSITE_SANDBOX_ALLOW_ROOT allows: "
+        "still without capabilities, in a user namespace, behind a read-only root"
         for runtime, uid in uids.items()
         if uid == 0
     ]

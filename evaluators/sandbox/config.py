@@ -8,6 +8,7 @@ a limit.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field, fields, replace
@@ -22,6 +23,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent.parent
 
 
+@functools.cache  # once per process: load_config runs for every batch
 def _default_python() -> str:
     """The host's own interpreter (the real binary behind a virtualenv's symlink), unless an
     unprivileged user could not read it (say, under /root/.pyenv): the jail can only drop to
@@ -56,12 +58,19 @@ class Config:
     python: str = field(default_factory=_default_python)
     node: str = "/usr/bin/node"
     node_modules: str = str(REPO_DIR / "node_modules")
-    # Host uid of the jail when evalsite runs as root: -1 = 65534 when it can read every bound
-    # path, else root's; 0 = always keep root's; any other uid = that one, or refuse to start.
+    # Host uid of the jail when evalsite runs as root: -1 = 65534, 0 = root's (only with
+    # allow_root), any other = that one. A uid that cannot read every bound path refuses to start.
     uid: int = -1
+    # Run jailed code as host root when dropping is impossible (or uid=0), instead of refusing.
+    allow_root: bool = False
+    # Where the harness and node packages are copied when the checkout is out of the jail uid's
+    # reach; "" = the data folder, else /var/lib/evalsite/sandbox-runtime, else /tmp (staging.py).
+    runtime_dir: str = ""
     memory_mb: int = 256  # Python: address space; Node: data segment + V8 heap
     node_memory_mb: int = 768
     cpu_seconds: int = 120  # per worker lifetime, a backstop behind the wall-clock watchdog
+    # Scheduling niceness of jailed code: tenant code that burns CPU yields to web requests.
+    nice: int = 10
     file_size_mb: int = 8
     open_files: int = 64
     tmp_mb: int = 16
@@ -94,6 +103,14 @@ def load_config() -> Config:
     return config
 
 
+def data_dir() -> str:
+    """evalsite's data folder (``DATA_DIR`` / ``EVALSITE_DATA_DIR``, default ``<repo>/.data``)."""
+    settings = _django_settings()
+    if settings is not None and hasattr(settings, "DATA_DIR"):
+        return str(settings.DATA_DIR)
+    return os.environ.get("EVALSITE_DATA_DIR") or str(REPO_DIR / ".data")
+
+
 def _setting_name(name: str) -> str:
     return "EVALSITE_CODE_RUNNER" if name == "runner" else f"EVALSITE_SANDBOX_{name.upper()}"
 
@@ -117,6 +134,13 @@ def _cast(name: str, kind: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     kind = kind if isinstance(kind, str) else kind.__name__
+    if kind == "bool":
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off", ""):
+            return False
+        raise SandboxError(f"{_setting_name(name)}={raw!r} is not a boolean (1/0, true/false).")
     try:
         if kind == "int":
             return int(raw)

@@ -11,6 +11,9 @@ The jail (see docs/sandbox.md for the threat model):
 - an empty environment, a new session (no terminal to inject into), ``--die-with-parent``;
 - the seccomp filter from ``seccomp.py``;
 - rlimits set by ``prlimit(1)`` on the way in, before bwrap starts, soft = hard.
+- as root, bwrap itself runs as an unprivileged host uid (``uid_decision``), binding a copy of
+  the harness that uid can read when the checkout is out of its reach (``staging.py``); a jail
+  that would keep host root refuses to start unless ``EVALSITE_SANDBOX_ALLOW_ROOT``.
 
 File descriptors: 0 carries requests in, 3 carries result frames out, 1 and 2 go to a host pipe
 that is drained and kept only as a bounded tail for diagnosing a crash (user output is captured by
@@ -21,10 +24,10 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import select
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -32,16 +35,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import PACKAGE_DIR, Config
+from . import staging
+from .config import PACKAGE_DIR, Config, data_dir
 from .errors import SandboxError, SandboxUnavailable
 from .seccomp import filter_bpf
+
+log = logging.getLogger("evaluators.sandbox")
 
 HARNESS_DIR = PACKAGE_DIR / "harness"
 _PY_HOME = "/opt/python"
 _HARNESS_HOME = "/opt/evalsite"
 _LIB_DIR = "/usr/lib"
-# The only packages the TypeScript transpiler loads at run time (its CLI deps stay outside).
-_SUCRASE_PACKAGES = ("sucrase", "@jridgewell", "ts-interface-checker", "lines-and-columns")
+_NOBODY = 65534
 # Extension modules an evaluator has no use for, whose libraries (X11, Tk, curses) we would
 # otherwise have to bind.
 _SKIPPED_EXTENSIONS = re.compile(r"^(_tkinter|_curses|_curses_panel|readline|nis|_dbm|_gdbm)\.")
@@ -80,15 +85,16 @@ def family(runtime: str) -> str:
 
 
 def python_layout(config: Config) -> Layout:
-    return _python_layout(config.python)
+    return _python_layout(config.python, runtime_files(config).harness)
 
 
 def node_layout(config: Config) -> Layout:
-    return _node_layout(config.node, config.node_modules)
+    files = runtime_files(config)
+    return _node_layout(config.node, files.harness, files.node_modules)
 
 
 @functools.cache
-def _python_layout(python: str) -> Layout:
+def _python_layout(python: str, harness: str) -> Layout:
     python = os.path.realpath(python)
     stdlib = _stdlib_of(python)
     version = Path(stdlib).name  # "python3.11"
@@ -102,7 +108,7 @@ def _python_layout(python: str) -> Layout:
     binds = [
         Bind(python, inside_bin),
         Bind(stdlib, inside_stdlib),
-        Bind(str(HARNESS_DIR / "worker.py"), f"{_HARNESS_HOME}/worker.py"),
+        Bind(f"{harness}/worker.py", f"{_HARNESS_HOME}/worker.py"),
         *_library_binds([python, *extensions]),
     ]
     # -I: no environment, no user site, no cwd on sys.path; -S: skip site (and its .pth files);
@@ -118,14 +124,14 @@ def _python_layout(python: str) -> Layout:
 
 
 @functools.cache
-def _node_layout(node: str, node_modules: str) -> Layout:
+def _node_layout(node: str, harness: str, node_modules: str) -> Layout:
     node = os.path.realpath(node)
     binds = [
         Bind(node, "/usr/bin/node"),
-        Bind(str(HARNESS_DIR / "worker.js"), f"{_HARNESS_HOME}/worker.js"),
+        Bind(f"{harness}/worker.js", f"{_HARNESS_HOME}/worker.js"),
         *_library_binds([node]),
     ]
-    for package in _SUCRASE_PACKAGES:
+    for package in staging.NODE_PACKAGES:
         source = Path(node_modules, package)
         if source.exists():
             binds.append(Bind(str(source.resolve()), f"{_HARNESS_HOME}/node_modules/{package}"))
@@ -198,39 +204,110 @@ def layout_for(config: Config, runtime: str) -> Layout:
 def sandbox_uid(config: Config, runtime: str) -> int | None:
     """The host uid the jail runs as, or None to keep the caller's.
 
-    Only root can switch. ``uid=-1`` (auto) switches to 65534 when every path the jail binds is
-    readable by it (an interpreter under /root is not); an explicit uid that cannot read them is
-    a configuration error.
-    """
-    if os.geteuid() != 0 or config.uid == 0:
-        return None
-    uid = 65534 if config.uid < 0 else config.uid
-    unreadable = _first_unreadable(layout_for(config, runtime), uid)
+    Raises ``SandboxUnavailable`` when jailed code would run as host root and that is not
+    allowed (``uid_decision``)."""
+    uid, problem = uid_decision(config, runtime)
+    if problem:
+        raise SandboxUnavailable(problem)
+    return uid
+
+
+def uid_decision(config: Config, runtime: str) -> tuple[int | None, str | None]:
+    """(the jail's host uid or None to keep the caller's, why it refuses to start or None).
+
+    Only root can switch, and always does: to ``EVALSITE_SANDBOX_UID`` (-1 = 65534), which must
+    be able to read every path the jail binds (the harness and node packages are staged where
+    it can, ``runtime_files``). When it cannot, or with ``uid=0``, the jail would keep host
+    root: refused unless ``EVALSITE_SANDBOX_ALLOW_ROOT``. Decided once per process and
+    configuration: the fast path does no file-system work."""
+    return _uid_decision(config, family(runtime))
+
+
+@functools.lru_cache(maxsize=256)
+def _uid_decision(config: Config, runtime_family: str) -> tuple[int | None, str | None]:
+    if os.geteuid() != 0:
+        return None, None
+    if config.uid == 0:
+        if config.allow_root:
+            return None, None
+        return None, (
+            "EVALSITE_SANDBOX_UID=0 would run jailed code as host root; "
+            "set EVALSITE_SANDBOX_ALLOW_ROOT=1 to allow that"
+        )
+    uid = _NOBODY if config.uid < 0 else config.uid
+    layout = python_layout(config) if runtime_family == "python" else node_layout(config)
+    unreadable = _first_unreadable(layout, uid)
     if unreadable is None:
-        return uid
-    if config.uid < 0:
-        return None
-    raise SandboxUnavailable(f"EVALSITE_SANDBOX_UID={uid} cannot read {unreadable}")
+        return uid, None
+    if config.uid < 0 and config.allow_root:
+        return None, None
+    return None, _refusal(config, runtime_family, uid, unreadable)
 
 
-def _first_unreadable(layout: Layout, uid: int) -> str | None:
+def _refusal(config: Config, runtime_family: str, uid: int, unreadable: Bind) -> str:
+    label = "Python" if runtime_family == "python" else "JavaScript/TypeScript"
+    if unreadable.inside.startswith(_HARNESS_HOME):  # a file staging should have copied
+        note = runtime_files(config).note
+        why = f"{unreadable.host}, and copying it where uid {uid} can read it failed: {note}"
+        advice = "set EVALSITE_SANDBOX_RUNTIME_DIR to a folder it can reach"
+    else:
+        setting = (
+            "EVALSITE_SANDBOX_PYTHON" if runtime_family == "python" else "EVALSITE_SANDBOX_NODE"
+        )
+        why = unreadable.host
+        advice = (
+            f"make it readable by uid {uid} (for an interpreter under /root, set {setting} to a "
+            "world-readable one)"
+        )
+    if config.uid > 0:
+        return f"EVALSITE_SANDBOX_UID={uid} cannot read {why}; {advice}"
+    return (
+        f"{label} code would run as host root: the jail drops to uid {uid} only when that uid "
+        f"can read every path it binds, and it cannot read {why}; {advice}, or set "
+        "EVALSITE_SANDBOX_ALLOW_ROOT=1 to run it as host root anyway"
+    )
+
+
+def runtime_files(config: Config) -> staging.RuntimeFiles:
+    """Where the harness and node packages are bound from: the checkout itself, or a staged
+    copy (staging.py) when evalsite runs as root and the jail's uid cannot read the checkout."""
+    uid = _NOBODY if config.uid < 0 else config.uid
+    return _runtime_files(config.node_modules, config.runtime_dir, data_dir(), uid)
+
+
+@functools.cache
+def _runtime_files(
+    node_modules: str, runtime_dir: str, data: str, uid: int
+) -> staging.RuntimeFiles:
+    here = staging.RuntimeFiles(str(HARNESS_DIR), node_modules)
+    if os.geteuid() != 0 or uid == 0:
+        return here
+    files = staging.sources(HARNESS_DIR, Path(node_modules))
+    if all(_readable_by(str(source), uid) for _, source in files):
+        return here
+    problems = []
+    for root in staging.candidate_roots(runtime_dir, data, uid):
+        try:
+            folder = staging.stage(files, root, uid)
+        except (OSError, staging.StagingError) as exc:
+            problems.append(f"{root}: {exc}")
+            continue
+        return staging.RuntimeFiles(str(folder), str(folder / "node_modules"))
+    note = "; ".join(problems)
+    log.error("cannot stage the sandbox's runtime files for uid %d: %s", uid, note)
+    return staging.RuntimeFiles(str(HARNESS_DIR), node_modules, note=note)
+
+
+def _first_unreadable(layout: Layout, uid: int) -> Bind | None:
     for bind in layout.binds:
         if not _readable_by(bind.host, uid):
-            return bind.host
+            return bind
     return None
 
 
 @functools.cache
 def _readable_by(path: str, uid: int) -> bool:
-    """Whether ``uid`` (with no groups of interest) can reach and read ``path``."""
-    parts = Path(path).parts
-    for depth in range(1, len(parts) + 1):
-        st = os.stat(Path(*parts[:depth]))
-        need = 0o4 if depth == len(parts) and not stat.S_ISDIR(st.st_mode) else 0o1
-        bits = (st.st_mode >> 6) & 0o7 if st.st_uid == uid else st.st_mode & 0o7
-        if not bits & need:
-            return False
-    return True
+    return staging.readable_by(path, uid)
 
 
 def spawn(config: Config, runtime: str, *, sandboxed: bool) -> Spawned:
@@ -276,7 +353,11 @@ def limits_prefix(config: Config, runtime: str) -> list[str]:
     else:
         # V8 reserves gigabytes of address space up front, so Node is held by what it writes to.
         limits["data"] = config.node_memory_mb * mb
-    return [config.prlimit, *(f"--{name}={value}:{value}" for name, value in limits.items()), "--"]
+    prefix = [config.prlimit, *(f"--{name}={value}:{value}" for name, value in limits.items())]
+    # Lower priority first (nice(1) execs the rest): jailed code that burns CPU yields the cores
+    # to the web and worker processes, so one tenant's busy loop does not slow every page.
+    niceness = ["/usr/bin/nice", "-n", str(config.nice)] if config.nice else []
+    return [*niceness, *prefix, "--"]
 
 
 def node_flags(config: Config) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalsite import jsonsafe
 from evaluators.normalize import Unrepresentable
 
 from . import jail
@@ -496,7 +497,9 @@ class _BatchReader(_Reader):
             for payload in payloads:
                 try:
                     decoded.append(json.loads(payload))
-                except (ValueError, RecursionError):
+                except RecursionError:  # the harness could encode it, the host cannot decode it
+                    decoded.append({"ok": True, "unrepresentable": _TOO_DEEP})
+                except ValueError:
                     break
         results = self.outcome.results
         for data in decoded:
@@ -523,6 +526,9 @@ class _BatchReader(_Reader):
             self.done = True
         elif self.count == 0:
             self.done = True
+
+
+_TOO_DEEP = f"a value {jsonsafe.too_deep_message()}"
 
 
 def _result(data: Any, log_limit: int) -> tuple[CallResult, bool]:

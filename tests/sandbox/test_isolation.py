@@ -352,7 +352,7 @@ FORGE_EVERY_FD = """
     import json, os
     def evaluate(inputs, outputs, trace):
         if inputs.get("forge"):
-            for fd in range(64):
+            for fd in range(1024):  # the result channel keeps its host fd number
                 for index in range(4):
                     frame = "R 0000 %d %s\\n" % (index, json.dumps({"ok": True, "value": "FORGED"}))
                     try:
@@ -383,7 +383,7 @@ STEAL_THE_NONCE = """
                 frame = frame.f_back
             nonce = frame.f_locals["header"]["nonce"]
             forged = "R %s %d %s\\n" % (nonce, inputs["n"] + 1, json.dumps({"ok": True, "value": "FORGED"}))
-            for fd in range(64):
+            for fd in range(1024):  # the result channel keeps its host fd number
                 try:
                     os.write(fd, forged.encode())
                 except OSError:
@@ -419,7 +419,7 @@ def test_it_keeps_forged_frames_from_node_away_from_results(config):
         const fs = require('fs');
         function evaluate(inputs) {
           if (inputs.forge) {
-            for (let fd = 0; fd < 64; fd++) {
+            for (let fd = 0; fd < 1024; fd++) {
               try { fs.writeSync(fd, 'R 0000 2 {"ok":true,"value":"FORGED"}\\n'); } catch (e) {}
             }
           }
