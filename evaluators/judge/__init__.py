@@ -1,7 +1,9 @@
 """LLM-as-a-judge machinery behind the ``llm_judge`` kind (``evaluators/kinds/llm_judge.py``).
 
 - ``context``      the evaluation context (shared with code evaluators) and template variables
-- ``templates``    curly and sandboxed jinja2 prompt templates
+- ``templates``    curly and sandboxed jinja2 prompt templates: render_all, syntax_problems
+- ``render_pool``  the render worker processes templates render in (deadline, memory limit)
+- ``render_worker`` a render worker's main; ``rendering`` the two template languages it runs
 - ``scripts``      script prompt templates run in the code sandbox
 - ``scores``       score shapes: answer schema, outputs schema, reading answers back
 - ``client``       one chat-completions request: limiter, retries, Retry-After, costs

@@ -9,6 +9,12 @@ EVALSITE_JUDGE_MAX_BACKOFF_SECONDS     30       longest single pause between ret
                                                 the longest Retry-After honoured)
 EVALSITE_MODELS_ALLOW_PRIVATE          False    allow model connections to private, loopback
                                                 and link-local addresses (local models)
+EVALSITE_TEMPLATE_RENDER_SECONDS       2        wall-clock deadline of one template render
+                                                (curly, jinja2), and the longest wait for a
+                                                free render worker
+EVALSITE_TEMPLATE_RENDER_MEMORY_MB     256      memory one render may build, past the render
+                                                worker's own
+EVALSITE_TEMPLATE_RENDER_WORKERS       2        render worker processes per server process
 =====================================  =======  ================================================
 """
 
@@ -24,6 +30,9 @@ DEFAULTS: dict[str, str | int | float | bool] = {
     "EVALSITE_JUDGE_MAX_WAIT_SECONDS": 120.0,
     "EVALSITE_JUDGE_MAX_BACKOFF_SECONDS": 30.0,
     "EVALSITE_MODELS_ALLOW_PRIVATE": False,
+    "EVALSITE_TEMPLATE_RENDER_SECONDS": 2.0,
+    "EVALSITE_TEMPLATE_RENDER_MEMORY_MB": 256,
+    "EVALSITE_TEMPLATE_RENDER_WORKERS": 2,
 }
 
 
