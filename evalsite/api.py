@@ -75,7 +75,6 @@ class ApiKeyViewSet(
 
     queryset = ApiKey.objects.all()
     serializer_class = ApiKeySerializer
-    required_role = Role.OWNER
 
     @extend_schema(responses={201: ApiKeyCreatedSerializer, **ERROR_RESPONSES})
     def create(self, request):

@@ -12,6 +12,7 @@ import hmac
 
 from rest_framework import authentication, exceptions, permissions
 
+from evalsite.access import project_role_needed
 from evalsite.models import ApiKey, Project, hash_key, role_allows
 
 
@@ -83,14 +84,13 @@ def resolve_project(request) -> tuple[Project, str]:
 
 
 class ProjectRolePermission(permissions.BasePermission):
-    """Reads need viewer, writes need editor; a view may ask for more with ``required_role``."""
+    """The role ``evalsite.access`` sets for this URL and method (reads viewer, writes editor,
+    a few more)."""
 
     def has_permission(self, request, view) -> bool:
         project, role = resolve_project(request)
         request.project, request.role = project, role
-        needed = getattr(view, "required_role", None)
-        if needed is None:
-            needed = "viewer" if request.method in permissions.SAFE_METHODS else "editor"
+        needed = project_role_needed(request)
         if not role_allows(role, needed):
             raise exceptions.PermissionDenied(f"This needs the {needed} role in {project.slug}.")
         return True

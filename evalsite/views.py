@@ -15,35 +15,36 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from evalsite.access import project_role_needed
 from evalsite.models import Project, Role, role_allows
 from evalsite.services import api_key_create, project_create
 
 
-def project_view(role: str = Role.VIEWER, *, write_role: str = Role.EDITOR):
-    """Look up ``slug`` among the user's projects (404 for others') and check the role.
+def project_view(view=None):
+    """Look up ``slug`` among the user's projects (404 for others') and check the role that
+    ``evalsite.access`` sets for this URL and method (403 below it).
 
-    GET needs ``role``; other methods need ``write_role``. The view receives ``project`` instead
-    of ``slug`` and finds the caller's role on ``request.role``.
+    The view receives ``project`` instead of ``slug`` and finds the caller's role on
+    ``request.role``. Use it bare or called with no arguments: the roles live in the table.
     """
+    if view is None:
+        return project_view
 
-    def decorator(view):
-        @login_required
-        @wraps(view)
-        def wrapper(request, slug, *args, **kwargs):
-            project = Project.objects.for_user(request.user).filter(slug=slug).first()
-            if project is None:
-                raise Http404("No such project.")
-            request.project, request.role = project, project.role_of(request.user)
-            needed = role if request.method in ("GET", "HEAD") else write_role
-            if not role_allows(request.role, needed):
-                raise PermissionDenied(f"This needs the {needed} role in {project.name}.")
-            if request.session.get("project") != project.slug:  # a GET must not write
-                request.session["project"] = project.slug
-            return view(request, project, *args, **kwargs)
+    @login_required
+    @wraps(view)
+    def wrapper(request, slug, *args, **kwargs):
+        project = Project.objects.for_user(request.user).filter(slug=slug).first()
+        if project is None:
+            raise Http404("No such project.")
+        request.project, request.role = project, project.role_of(request.user)
+        needed = project_role_needed(request)
+        if not role_allows(request.role, needed):
+            raise PermissionDenied(f"This needs the {needed} role in {project.name}.")
+        if request.session.get("project") != project.slug:  # a GET must not write
+            request.session["project"] = project.slug
+        return view(request, project, *args, **kwargs)
 
-        return wrapper
-
-    return decorator
+    return wrapper
 
 
 @login_required
@@ -77,7 +78,8 @@ def project_list(request):
 @login_required
 def project_go(request):
     """The project switcher's target: works as a plain GET form without JavaScript."""
-    return redirect("project-home", slug=request.GET.get("project", ""))
+    slug = request.GET.get("project", "")
+    return redirect("project-home", slug=slug) if slug else redirect("project-list")
 
 
 class ApiKeyForm(forms.Form):
@@ -85,7 +87,7 @@ class ApiKeyForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices, initial=Role.EDITOR)
 
 
-@project_view(write_role=Role.OWNER)
+@project_view
 def project_settings(request, project):
     form = ApiKeyForm(request.POST or None)
     new_key = None
@@ -104,7 +106,7 @@ def project_settings(request, project):
 
 
 @require_POST
-@project_view(write_role=Role.OWNER)
+@project_view
 def api_key_revoke(request, project, key_id):
     key = project.api_keys.filter(pk=key_id).first()
     if key is None:

@@ -168,7 +168,7 @@ def online_rule_list(request, project):
     return render(request, template, context)
 
 
-@project_view(role="editor")
+@project_view()
 def online_rule_new(request, project):
     form = RuleForm(
         project, request.POST or None, initial={"evaluator": request.GET.get("evaluator")}
@@ -320,7 +320,7 @@ def online_rule_detail(request, project, rule_id):
     return render(request, "runs/online/detail.html", context)
 
 
-@project_view(role="editor")
+@project_view()
 def online_rule_edit(request, project, rule_id):
     rule = _rule_or_404(project, rule_id)
     form = RuleForm(project, request.POST or None, rule=rule, initial=RuleForm.initial_for(rule))

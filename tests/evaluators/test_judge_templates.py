@@ -314,8 +314,8 @@ def test_the_render_api_shows_the_prompt_without_calling_the_model(api, llm_conn
     assert llm_server.calls == []
 
 
-def test_viewers_may_render(viewer_api):
+def test_viewers_may_not_render(viewer_api):
+    # Rendering runs a template (or a judge script): editors only (docs/security.md, Roles).
     body = {"parameters": {"connection": "x"}, "inputs": {"question": "Q", "correct_answer": "A"}}
     response = viewer_api.post("/api/v1/llm-judge/render", body, format="json")
-    assert response.status_code == 200
-    assert "Reference answer:\nA" in response.json()["messages"][-1]["content"]
+    assert response.status_code == 403
