@@ -80,8 +80,10 @@ DEMO_EVALUATORS: list[dict] = [
 @transaction.atomic
 def demo_load() -> Project:
     user = user_get_or_create(username=DEMO_USER, password=DEMO_PASSWORD)
-    if not user.is_staff:
-        user.is_staff = user.is_superuser = True
+    if user.is_staff or user.is_superuser:
+        # Its password is printed on every start: an ordinary owner of the demo project, never
+        # staff (earlier versions made it a superuser; loading the demo again takes that back).
+        user.is_staff = user.is_superuser = False
         user.save(update_fields=["is_staff", "is_superuser"])
     project = Project.objects.filter(slug=DEMO_PROJECT).first()
     if project is None:

@@ -31,4 +31,4 @@ def _position(key: str | int) -> int:
         return -1
     if isinstance(key, int):
         return key
-    return int(key) if key.isascii() and key.isdigit() else -1
+    return int(key) if key.isascii() and key.isdecimal() else -1

@@ -6,6 +6,7 @@ import functools
 
 import redis
 from django.conf import settings
+from django.db import connection
 
 
 @functools.cache
@@ -18,3 +19,9 @@ def client_for(url: str) -> redis.Redis:
 
 def client() -> redis.Redis:
     return client_for(settings.REDIS_URL)
+
+
+def site_key(*parts: object) -> str:
+    """A key of this site: it carries the database's name, so two sites (or a test run) sharing
+    one Redis never read each other's limits, counters or sets."""
+    return ":".join(["evalsite", connection.settings_dict["NAME"], *map(str, parts)])

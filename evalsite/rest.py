@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DataError, IntegrityError
 from django.http import Http404
-from rest_framework import exceptions, pagination
+from rest_framework import exceptions, pagination, parsers
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser through ``evalsite.jsonsafe``: no NaN, no nesting past the limit."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", "utf-8")
+        try:
+            return jsonsafe.loads(stream.read().decode(encoding))
+        except (jsonsafe.UnsafeJSON, UnicodeDecodeError) as exc:
+            raise exceptions.ParseError(f"JSON parse error: {exc}")
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "request_too_large"
 
 
 class CursorPagination(pagination.CursorPagination):
@@ -24,10 +42,12 @@ def exception_handler(exc, context):
     ``fields`` maps a field (dotted for nested ones) to its reasons, so a client can show each
     message beside the input that caused it.
     """
+    retry_after = getattr(exc, "retry_after", None)
     if isinstance(exc, InvalidInput):
         status = exc.status
         exc = exceptions.ValidationError(exc.fields)
-        exc.status_code = status  # 422 for well-formed data the evaluator's schema refuses
+        exc.status_code = status  # 422 for well-formed data the evaluator's schema refuses,
+        # 429 for a project over its interactive quota (evalsite.quotas.Busy)
     elif isinstance(exc, Http404 | ObjectDoesNotExist):
         # ObjectDoesNotExist: the row vanished between the lookup and the service (a
         # concurrent delete); to the caller it is simply not there.
@@ -36,6 +56,11 @@ def exception_handler(exc, context):
         # Values PostgreSQL cannot store or compare (a NUL character, a number out of range).
         message = "A value in this request cannot be stored or searched (e.g. it contains a NUL character)."
         exc = exceptions.ValidationError({"non_field_errors": [message]})
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge(
+            f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+            f"(EVALSITE_MAX_BODY_BYTES)."
+        )
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, IntegrityError):
@@ -45,6 +70,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
     fields = _flatten(response.data) if isinstance(exc, exceptions.ValidationError) else {}
     if fields:
         message = "; ".join(f"{name}: {reasons[0]}" for name, reasons in fields.items())

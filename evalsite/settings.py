@@ -4,6 +4,7 @@ Nothing here needs configuring on a laptop: with no DATABASE_URL the site starts
 PostgreSQL in .data/, and with no CELERY_BROKER_URL an embedded Redis. Production sets both.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -18,11 +19,15 @@ DATA_DIR = Path(env_str("EVALSITE_DATA_DIR", str(BASE_DIR / ".data")))
 DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("EVALSITE_REQUIRE_SECRET_KEY", default=False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production.")
-    # A laptop default: stable per checkout so sessions survive restarts, never used in production
-    # (deployers set SECRET_KEY; docs/configuration.md says so).
-    SECRET_KEY = "insecure-local-" + str(BASE_DIR)
+    if env_bool("EVALSITE_REQUIRE_SECRET_KEY", default=False):
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set, and EVALSITE_REQUIRE_SECRET_KEY=1 asks for it: set SECRET_KEY "
+            "to a long random string, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+        )
+    # Zero-config and never predictable: a random key made once and kept in the data folder, so
+    # sessions and sealed secrets survive restarts and every process of this machine shares it.
+    # Hosts that do not share DATA_DIR must set SECRET_KEY (docs/configuration.md).
+    SECRET_KEY = embedded.secret_key(DATA_DIR)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -41,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "axes",
     "evalsite",
     "evaluators",
     "runs",
@@ -57,6 +63,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "evalsite.middleware.BadInputMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "evalsite.urls"
@@ -155,6 +163,24 @@ SECURE_PROXY_SSL_HEADER = (
 )
 X_FRAME_OPTIONS = "DENY"
 
+# Sign-in throttling (django-axes, failures kept in the database so every host sees them): after
+# AXES_FAILURE_LIMIT failed sign-ins, that account, and separately that address, wait
+# EVALSITE_LOGIN_COOLOFF_MINUTES. The address is REMOTE_ADDR unless the site is told which proxy
+# header to trust (a client can write any X-Forwarded-For it likes).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("EVALSITE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("EVALSITE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_META_PRECEDENCE_ORDER = [
+    env_str("EVALSITE_CLIENT_IP_HEADER", "REMOTE_ADDR") or "REMOTE_ADDR"
+]
+AXES_VERBOSE = False
+
 # --- Static files -----------------------------------------------------------------------------
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -188,6 +214,11 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "evalsite.rest.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "evalsite.rest.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -208,6 +239,13 @@ SPECTACULAR_SETTINGS = {
 # --- evalsite -------------------------------------------------------------------------------
 EVALSITE_MAX_BODY_BYTES = env_int("EVALSITE_MAX_BODY_BYTES", 20 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = EVALSITE_MAX_BODY_BYTES
+# Interactive work (try it, playground, example cases, prompt previews) a project may have
+# running at once across every host (evalsite/quotas.py); 0 turns the quota off.
+EVALSITE_INTERACTIVE_SLOTS = env_int("EVALSITE_INTERACTIVE_SLOTS", 2, minimum=0)
+EVALSITE_INTERACTIVE_LEASE_SECONDS = env_int("EVALSITE_INTERACTIVE_LEASE_SECONDS", 300, minimum=10)
+# Example cases run at every save, while the person waits: at most this many, this long in all.
+EVALSITE_EXAMPLES_MAX = env_int("EVALSITE_EXAMPLES_MAX", 20, minimum=0)
+EVALSITE_EXAMPLES_SECONDS = env_float("EVALSITE_EXAMPLES_SECONDS", 10.0)
 EVALSITE_CODE_RUNNER = env_choice(
     "EVALSITE_CODE_RUNNER", "sandbox", ("sandbox", "inprocess", "celery")
 )
@@ -221,7 +259,8 @@ EVALSITE_UNIT_MAX_ATTEMPTS = env_int("EVALSITE_UNIT_MAX_ATTEMPTS", 3, minimum=1)
 EVALSITE_UNIT_RESEND_SECONDS = env_float("EVALSITE_UNIT_RESEND_SECONDS", 30.0)
 EVALSITE_METRICS_REFRESH_SECONDS = env_float("EVALSITE_METRICS_REFRESH_SECONDS", 2.0)
 EVALSITE_APPLICATIONS_ALLOW_PRIVATE = env_bool("EVALSITE_APPLICATIONS_ALLOW_PRIVATE", default=False)
-EVALSITE_ENCRYPTION_KEY = env_str("EVALSITE_ENCRYPTION_KEY")  # empty: derived from SECRET_KEY
+# Comma-separated, newest first: the first encrypts, all decrypt (empty: SECRET_KEY encrypts).
+EVALSITE_ENCRYPTION_KEY = env_list("EVALSITE_ENCRYPTION_KEY", [])
 EVALSITE_JUDGE_CONCURRENCY = env_int("EVALSITE_JUDGE_CONCURRENCY", 64, minimum=1)
 EVALSITE_JUDGE_MAX_WAIT_SECONDS = env_float("EVALSITE_JUDGE_MAX_WAIT_SECONDS", 120.0)
 EVALSITE_JUDGE_MAX_BACKOFF_SECONDS = env_float("EVALSITE_JUDGE_MAX_BACKOFF_SECONDS", 30.0)

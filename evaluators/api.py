@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -18,6 +20,8 @@ from evaluators.services import (
     evaluator_create,
     evaluator_revise,
     kind_resolve,
+    parameters_seal,
+    parameters_shown,
 )
 
 # --- kinds and presets ------------------------------------------------------------------------
@@ -94,8 +98,19 @@ def kind_detail(request, key: str):
 # --- evaluators and revisions -----------------------------------------------------------------
 
 
+SEALED = (
+    "Sealed settings (a webhook's `headers`, marked `x-sealed` in the settings template) are "
+    'write-only: reads show each name with "••••••", never the value.'
+)
+SEALED_WRITE = (
+    'In a sealed setting (a webhook\'s `headers`) a value "••••••" keeps the stored one, a new '
+    "value replaces it, and a name left out is removed."
+)
+
+
 class RevisionSerializer(serializers.ModelSerializer):
     evaluator = serializers.SerializerMethodField()
+    parameters = serializers.SerializerMethodField(help_text=SEALED)
     author = serializers.SlugRelatedField(slug_field="username", read_only=True)
     schema_inferred_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -110,6 +125,7 @@ class RevisionSerializer(serializers.ModelSerializer):
             "parameters",
             "schemas",
             "examples",
+            "examples_report",
             "message",
             "author",
             "created_at",
@@ -119,6 +135,9 @@ class RevisionSerializer(serializers.ModelSerializer):
 
     def get_evaluator(self, revision) -> dict:
         return {"id": revision.evaluator_id, "slug": revision.evaluator.slug}
+
+    def get_parameters(self, revision) -> dict[str, Any]:
+        return parameters_shown(revision.kind, revision.parameters)
 
 
 class EvaluatorSerializer(serializers.ModelSerializer):
@@ -151,7 +170,9 @@ class EvaluatorCreateSerializer(serializers.Serializer):
         help_text="Preset slug whose parameters fill in first.",
     )
     parameters = serializers.JSONField(
-        required=False, default=dict, help_text="Missing settings get the kind's defaults."
+        required=False,
+        default=dict,
+        help_text="Missing settings get the kind's defaults. " + SEALED_WRITE,
     )
     outputs_schema = serializers.JSONField(
         required=False,
@@ -168,7 +189,9 @@ class EvaluatorUpdateSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True)
     archived = serializers.BooleanField(required=False)
     parameters = serializers.JSONField(
-        required=False, help_text="PUT replaces them; PATCH merges. A change makes a new revision."
+        required=False,
+        help_text="PUT replaces them; PATCH merges. A change (a sealed value too) makes a new "
+        "revision. " + SEALED_WRITE,
     )
     outputs_schema = serializers.JSONField(required=False, allow_null=True, default=None)
     examples = serializers.JSONField(required=False, default=None)
@@ -357,8 +380,8 @@ def invoke(request):
 
 def _invoke_config(project, data) -> dict:
     if data.get("kind") and not (data.get("evaluator") or data.get("revision")):
-        kind_resolve(data["kind"])
-        return {"kind": data["kind"], "parameters": data.get("parameters") or {}}
+        kind = kind_resolve(data["kind"])
+        return {"kind": data["kind"], "parameters": parameters_seal(kind, data.get("parameters"))}
     if data.get("evaluator"):
         evaluator = selectors.evaluator_get(project=project, ref=data["evaluator"])
         if evaluator is None:
@@ -369,7 +392,7 @@ def _invoke_config(project, data) -> dict:
         if data.get("revision"):
             revision = (
                 evaluator.revisions.filter(version=data["revision"]).first()
-                if data["revision"].isdigit()
+                if data["revision"].isdecimal()
                 else None
             )
             revision = revision or selectors.revision_get(project=project, ref=data["revision"])

@@ -16,7 +16,6 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from evalsite.api import ERROR_RESPONSES
-from evaluators.judge.batch import judge_preview
 from evaluators.judge.connections import (
     model_connection_create,
     model_connection_delete,
@@ -25,7 +24,7 @@ from evaluators.judge.connections import (
 )
 from evaluators.models import ModelConnection
 from evaluators.normalize import EvaluationError
-from evaluators.services import kind_resolve, parameters_validate
+from evaluators.services import judge_render, kind_resolve, parameters_validate
 
 
 class ModelConnectionSerializer(serializers.ModelSerializer):
@@ -188,10 +187,9 @@ class JudgeRenderView(APIView):
     """Render an LLM judge's prompt for one case, without calling the model.
 
     Unresolved variables (every one of them) and script failures come back as `error` with a
-    200: the request was fine, the template is not. Viewers may render.
+    200: the request was fine, the template is not. Rendering runs a template (and a judge
+    script, for ``prompt_source: "script"``), so it needs the editor role, as invoking does.
     """
-
-    required_role = "viewer"
 
     @extend_schema(
         request=RenderSerializer,
@@ -215,7 +213,13 @@ class JudgeRenderView(APIView):
         data = body.validated_data
         parameters = parameters_validate(kind_resolve("llm_judge"), data["parameters"])
         try:
-            messages = judge_preview(parameters, data["inputs"], data["outputs"], data["trace"])
+            messages = judge_render(
+                project=request.project,
+                parameters=parameters,
+                inputs=data["inputs"],
+                outputs=data["outputs"],
+                trace=data["trace"],
+            )
         except EvaluationError as exc:
             return Response({"messages": None, "error": exc.as_dict()})
         return Response({"messages": messages, "error": None})

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
 from evaluators.judge.connections import (
@@ -72,7 +73,7 @@ class ConnectionForm(forms.Form):
     def clean_prices(self) -> dict:
         raw = self.cleaned_data["prices"].strip()
         try:
-            prices = json.loads(raw) if raw else {}
+            prices = jsonsafe.loads(raw) if raw else {}
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}")
         if not isinstance(prices, dict):

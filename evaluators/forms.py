@@ -13,9 +13,10 @@ from typing import Any
 
 from django import forms
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evaluators.kinds.base import Kind
-from evaluators.services import parameters_validate
+from evaluators.services import parameters_shown, parameters_validate
 
 PREFIX = "p__"
 RUNTIME_LABELS = {"python": "Python", "javascript": "JavaScript", "typescript": "TypeScript"}
@@ -74,7 +75,8 @@ class SettingsForm(forms.Form):
         self.kind = kind
         self.schema = kind.settings_template()
         self.props: dict[str, dict] = {}
-        initial_parameters = initial_parameters or {}
+        # Sealed values (a webhook's headers) show as MASK; posted back, MASK keeps the stored one.
+        initial_parameters = parameters_shown(kind.key, initial_parameters or {})
         for name, raw_prop in self.schema.get("properties", {}).items():
             prop = _resolve(self.schema, raw_prop)
             self.props[name] = prop
@@ -86,7 +88,7 @@ class SettingsForm(forms.Form):
             field.advanced = bool(prop.get("x-advanced"))
             value = initial_parameters.get(name, prop.get("default"))
             if isinstance(field.widget, forms.Textarea) and not isinstance(value, str):
-                value = "" if value is None else json.dumps(value, indent=2)
+                value = "" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
             field.initial = value
             self.fields[PREFIX + name] = field
         self.hidden_values = {
@@ -129,7 +131,7 @@ class SettingsForm(forms.Form):
                 "json-schema",
             ):
                 try:
-                    value = json.loads(value)
+                    value = jsonsafe.loads(value)
                 except ValueError as exc:
                     self.add_error(key, f"Not valid JSON: {exc}")
                     continue
@@ -186,7 +188,7 @@ class TryForm(forms.Form):
     def _json(self, name: str):
         raw = self.cleaned_data.get(name) or ("null" if name == "trace" else "")
         try:
-            return json.loads(raw)
+            return jsonsafe.loads(raw)
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}")
 
@@ -228,7 +230,7 @@ class ExamplesForm(forms.Form):
             return None  # not on the page: keep the head revision's cases
         raw = self.cleaned_data["examples"].strip()
         try:
-            cases = json.loads(raw) if raw else []
+            cases = jsonsafe.loads(raw) if raw else []
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}")
         if not isinstance(cases, list):

@@ -19,7 +19,7 @@ class EvaluatorQuerySet(models.QuerySet):
 
     def by_ref(self, ref: str | int) -> EvaluatorQuerySet:
         """Match an evaluator by id or slug: every lookup in evalsite accepts either."""
-        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdecimal()):
             return self.filter(models.Q(pk=int(ref)) | models.Q(slug=str(ref)))
         return self.filter(slug=ref)
 
@@ -163,7 +163,7 @@ class ModelConnectionQuerySet(models.QuerySet):
 
     def by_ref(self, ref: str | int) -> ModelConnectionQuerySet:
         """Match by id or slug, like evaluators."""
-        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdecimal()):
             return self.filter(models.Q(pk=int(ref)) | models.Q(slug=str(ref)))
         return self.filter(slug=ref)
 

@@ -7,7 +7,8 @@ was produced:
 - number     -> ``{"score": x, "success": x >= threshold}`` (ints allowed)
 - ``dict``   -> kept; nested dicts stay nested (metrics read them as dotted paths)
 - ``str``    -> a number if it parses, else ``{"output": s}``
-- ``None``, NaN, infinities and values JSON cannot carry -> ``EvaluationError``
+- ``None``, NaN, infinities, values JSON cannot carry and values nested deeper than
+  ``evalsite.jsonsafe.MAX_DEPTH`` -> ``EvaluationError``
 
 Also here, because kinds, judges and agent scorers all speak them: ``Raw`` (what a batch produced
 for one item, before normalisation) and ``json_equal``.
@@ -18,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from evalsite import jsonsafe
 
 ACCEPTED = "a bool, a finite number, a dict of JSON values, or a string"
 DEFAULT_THRESHOLD = 0.5
@@ -101,6 +104,9 @@ def normalize(value: Any, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any
             return {"output": value}
         return _from_number(number, threshold)
     if isinstance(value, dict):
+        # Checked first: the walk below recurses, and so does everything that stores the value.
+        if jsonsafe.depth_exceeds(value):
+            raise invalid_return(f"a value {jsonsafe.too_deep_message()}")
         problem = _find_non_json(value, "")
         if problem:
             raise invalid_return(f"a dict with {problem}")

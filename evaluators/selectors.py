@@ -33,6 +33,6 @@ def evaluator_get(*, project: Project, ref: str | int) -> Evaluator | None:
 def revision_get(*, project: Project, ref: str | int) -> EvaluatorRevision | None:
     """A revision by id or slug (``toxicity-v3``), within the project."""
     revisions = EvaluatorRevision.objects.filter(project=project).select_related("evaluator")
-    if isinstance(ref, int) or str(ref).isdigit():
+    if isinstance(ref, int) or str(ref).isdecimal():
         return revisions.filter(Q(pk=int(ref)) | Q(slug=str(ref))).first()
     return revisions.filter(slug=ref).first()

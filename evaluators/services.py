@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonschema
 import referencing
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -17,9 +18,12 @@ from pydantic import ValidationError as PydanticValidationError
 
 from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
+from evalsite.quotas import interactive_slot
+from evaluators import crypto
+from evaluators.judge.batch import judge_preview
 from evaluators.kinds import get_kind
 from evaluators.kinds.base import REGISTRY, Kind, KindParameters
-from evaluators.models import Evaluator, EvaluatorRevision, Preset
+from evaluators.models import Evaluator, EvaluatorRevision, ModelConnection, Preset
 from evaluators.normalize import DEFAULT_THRESHOLD, EvaluationError, Raw, normalize
 
 
@@ -36,6 +40,9 @@ class Evaluation:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+CHECK_SECONDS = 10.0  # checking code at save (the sandbox's own limit for it)
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -55,6 +62,94 @@ def parameters_validate(kind: Kind, parameters: dict[str, Any] | None) -> KindPa
         return kind.parse(parameters)
     except PydanticValidationError as exc:
         raise InvalidInput(pydantic_fields(exc, prefix="parameters"))
+
+
+def parameters_seal(
+    kind: Kind, parameters: dict[str, Any] | None, stored: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Parameters a person sent, with the kind's secret settings sealed (a webhook's headers).
+
+    Every value is validated in plain text first. In a sealed setting, a value sent as
+    ``crypto.MASK`` (what reads show) keeps the ``stored`` one, a new value is encrypted, a name
+    left out is removed. Every path that takes parameters from a person goes through here, so a
+    sealed value someone pastes is sealed again rather than decrypted for them.
+    """
+    if not kind.sealed:
+        return parameters or {}
+    values = parameters_validate(kind, parameters).model_dump(mode="json")
+    for name in kind.sealed:
+        values[name] = crypto.secrets_seal(
+            values.get(name) or {}, (stored or {}).get(name) or {}, field=f"parameters.{name}"
+        )
+    return values
+
+
+def parameters_shown(kind: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as people see them (pages, API, admin): sealed values read as ``MASK``."""
+    sealed = REGISTRY[kind].sealed if kind in REGISTRY else ()
+    return {
+        name: crypto.secrets_mask(value) if name in sealed and isinstance(value, dict) else value
+        for name, value in (parameters or {}).items()
+    }
+
+
+def parameters_diffable(kind: str, a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict]:
+    """Two revisions' parameters to diff: sealed values masked, a changed one marked changed
+    ("Authorization": "•••••• (changed)") without showing either value."""
+    shown_a, shown_b = parameters_shown(kind, a), parameters_shown(kind, b)
+    sealed = REGISTRY[kind].sealed if kind in REGISTRY else ()
+    for name in sealed:
+        before, after = a.get(name) or {}, b.get(name) or {}
+        for header in set(before) & set(after):
+            if not _same_secret(before[header], after[header]):
+                shown_b[name] = {**shown_b[name], header: f"{crypto.MASK} (changed)"}
+    return shown_a, shown_b
+
+
+def _same_secret(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return crypto.unseal(a) == crypto.unseal(b)
+    except crypto.UndecryptableKey:
+        return False
+
+
+def secrets_rotate() -> dict[str, Any]:
+    """Re-encrypt every model API key and sealed setting under the first encryption key.
+
+    Revisions are records, so this is the one write to their parameters; only ciphertexts
+    change. Values no configured key decrypts are left as they are and listed by id.
+    """
+    rotated, failed = {"model connections": 0, "evaluator revisions": 0}, []
+    with transaction.atomic():
+        for connection in ModelConnection.objects.exclude(api_key_encrypted="").select_for_update():
+            try:
+                token = crypto.rotate(connection.api_key_encrypted)
+            except crypto.UndecryptableKey:
+                failed.append(f"model connection {connection.pk}")
+                continue
+            ModelConnection.objects.filter(pk=connection.pk).update(api_key_encrypted=token)
+            rotated["model connections"] += 1
+        sealed_kinds = [key for key, kind in REGISTRY.items() if kind.sealed]
+        revisions = EvaluatorRevision.objects.filter(kind__in=sealed_kinds).select_for_update()
+        for revision in revisions.only("pk", "kind", "parameters"):
+            try:
+                parameters = _resealed(REGISTRY[revision.kind], revision.parameters)
+            except crypto.UndecryptableKey:
+                failed.append(f"evaluator revision {revision.pk}")
+                continue
+            EvaluatorRevision.objects.filter(pk=revision.pk).update(parameters=parameters)
+            rotated["evaluator revisions"] += 1
+    return {"rotated": rotated, "failed": failed}
+
+
+def _resealed(kind: Kind, parameters: dict[str, Any]) -> dict[str, Any]:
+    resealed = dict(parameters)
+    for name in kind.sealed:
+        values = parameters.get(name) or {}
+        resealed[name] = {header: crypto.reseal(value) for header, value in values.items()}
+    return resealed
 
 
 def schemas_for(kind: Kind, parsed: KindParameters) -> dict[str, Any]:
@@ -115,7 +210,7 @@ def evaluator_create(
     values = dict(kind_obj.new_defaults)
     values.update(preset_parameters(kind_obj, preset, project) if preset else {})
     values.update(parameters or {})
-    parsed = parameters_validate(kind_obj, values)
+    parsed = parameters_validate(kind_obj, parameters_seal(kind_obj, values))
     if slug and Evaluator.objects.filter(project=project, slug=slug).exists():
         raise InvalidInput({"slug": [f"An evaluator with slug {slug!r} already exists."]})
     evaluator = Evaluator.objects.create(
@@ -160,7 +255,9 @@ def evaluator_revise(
         raise InvalidInput({"parameters": ["must be a JSON object"]})
     values = dict(head.parameters) if (partial and head) else {}
     values.update(parameters if parameters is not None else (head.parameters if head else {}))
-    parsed = parameters_validate(kind_obj, values)
+    parsed = parameters_validate(
+        kind_obj, parameters_seal(kind_obj, values, stored=head.parameters if head else None)
+    )
     if head and examples is None:
         examples = head.examples
     if (
@@ -174,16 +271,21 @@ def evaluator_revise(
 
 
 def _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schema, examples):
-    if kind_obj.check is not None:
-        problems = kind_obj.check(parsed)
-        if problems:
-            raise InvalidInput(problems)
     schemas = schemas_for(kind_obj, parsed)
     if outputs_schema is not None:
         _check_schema(outputs_schema, "outputs_schema")
         schemas["outputs"] = outputs_schema
     examples = examples_validate(examples or [])
-    report = examples_run(kind_obj, parsed, examples, evaluator.project) if examples else []
+    report = []
+    if kind_obj.check is not None or examples:
+        # Checking code and running example cases execute the tenant's work while a web
+        # thread waits: under the project's interactive quota.
+        seconds = CHECK_SECONDS + (settings.EVALSITE_EXAMPLES_SECONDS if examples else 0)
+        with interactive_slot(evaluator.project_id, seconds=seconds):
+            problems = kind_obj.check(parsed) if kind_obj.check is not None else None
+            if problems:
+                raise InvalidInput(problems)
+            report = examples_run(kind_obj, parsed, examples, evaluator.project) if examples else []
     last = evaluator.revisions.order_by("-version").values_list("version", flat=True).first() or 0
     revision = EvaluatorRevision.objects.create(
         project_id=evaluator.project_id,
@@ -207,6 +309,15 @@ def examples_validate(examples: Any) -> list[dict[str, Any]]:
     """Example cases: ``[{name?, inputs, outputs, trace?, expected: {success?, score?, outputs?}}]``."""
     if not isinstance(examples, list):
         raise InvalidInput({"examples": ["must be a list of example cases"]})
+    if len(examples) > settings.EVALSITE_EXAMPLES_MAX:
+        raise InvalidInput(
+            {
+                "examples": [
+                    f"at most {settings.EVALSITE_EXAMPLES_MAX} example cases (EVALSITE_EXAMPLES_MAX);"
+                    f" got {len(examples)}. Put larger sets in a testset and run them."
+                ]
+            }
+        )
     for i, case in enumerate(examples):
         if not isinstance(case, dict) or not isinstance(case.get("inputs", {}), dict):
             raise InvalidInput(
@@ -233,18 +344,59 @@ def examples_validate(examples: Any) -> list[dict[str, Any]]:
     return examples
 
 
+# Parameters that bound one evaluation's time, by whichever name a kind gives them.
+_TIMEOUT_FIELDS = ("timeout_s", "timeout_seconds")
+
+
 def examples_run(
     kind_obj: Kind, parsed: KindParameters, examples: list[dict], project
 ) -> list[dict]:
-    """Evaluate every example case with these parameters; say which pass and why not."""
-    items = [(case.get("inputs", {}), case.get("outputs"), case.get("trace")) for case in examples]
-    results = evaluations_invoke_many(
-        kind=kind_obj.key, parameters=parsed.model_dump(mode="json"), items=items, project=project
-    )
-    return [
-        _example_verdict(i, case, result)
-        for i, (case, result) in enumerate(zip(examples, results, strict=True))
-    ]
+    """Evaluate the example cases with these parameters; say which pass and why not.
+
+    They run while the person who saved waits, so within ``EVALSITE_EXAMPLES_SECONDS`` in all:
+    each case gets at most the time left, and the cases after the budget is spent are reported
+    as not run (never as failing evaluations).
+    """
+    budget = settings.EVALSITE_EXAMPLES_SECONDS
+    deadline = time.monotonic() + budget
+    report = []
+    for index, case in enumerate(examples):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            report.append(_example_not_run(index, case, budget))
+            continue
+        result = evaluations_invoke_many(
+            kind=kind_obj.key,
+            parameters=_within(parsed, left).model_dump(mode="json"),
+            items=[(case.get("inputs", {}), case.get("outputs"), case.get("trace"))],
+            project=project,
+        )[0]
+        report.append(_example_verdict(index, case, result))
+    return report
+
+
+def _within(parsed: KindParameters, seconds: float) -> KindParameters:
+    update = {
+        name: min(getattr(parsed, name), round(seconds, 2))
+        for name in _TIMEOUT_FIELDS
+        if isinstance(getattr(parsed, name, None), int | float)
+    }
+    return parsed.model_copy(update=update) if update else parsed
+
+
+def _example_not_run(index: int, case: dict, budget: float) -> dict[str, Any]:
+    return {
+        "index": index,
+        "name": case.get("name") or f"case {index + 1}",
+        "passed": None,
+        "problems": [
+            f"not run: the example cases spent their {budget:g} s budget "
+            f"(EVALSITE_EXAMPLES_SECONDS) before this one"
+        ],
+        "status": "skipped",
+        "outputs": None,
+        "error": None,
+    }
 
 
 def _example_verdict(index: int, case: dict, result: Evaluation) -> dict[str, Any]:
@@ -314,15 +466,26 @@ def evaluation_invoke(
     """Evaluate one output with a revision, or with a kind and parameters (the "try it" path).
 
     Never raises for a failing evaluation: the answer is an ``Evaluation`` with status error.
-    Bad configuration (unknown kind, invalid parameters) raises ``InvalidInput``.
+    Bad configuration (unknown kind, invalid parameters) raises ``InvalidInput``; a project
+    already using its interactive quota, ``evalsite.quotas.Busy`` (a 429).
     """
-    return evaluations_invoke_many(
-        revision=revision,
-        kind=kind,
-        parameters=parameters,
-        items=[(inputs, outputs, trace)],
-        project=project,
-    )[0]
+    with interactive_slot(project.pk if project else None):
+        return evaluations_invoke_many(
+            revision=revision,
+            kind=kind,
+            parameters=parameters,
+            items=[(inputs, outputs, trace)],
+            project=project,
+        )[0]
+
+
+def judge_render(
+    *, project: Project, parameters: KindParameters, inputs: dict, outputs: Any, trace
+) -> list[dict]:
+    """The messages an LLM judge would send for one case (its template or script run), under
+    the project's interactive quota; raises ``EvaluationError`` for a template that fails."""
+    with interactive_slot(project.pk):
+        return judge_preview(parameters, inputs, outputs, trace)
 
 
 def evaluations_invoke_many(

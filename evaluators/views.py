@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -12,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from evalsite.errors import InvalidInput
+from evalsite.quotas import Busy
 from evalsite.views import project_view
 from evaluators import selectors
 from evaluators.forms import (
@@ -27,7 +29,14 @@ from evaluators.kinds.code import DEFAULT_CODE
 from evaluators.models import Preset
 from evaluators.samples import sample_case, sample_from_request
 from evaluators.sandbox import sandbox_status
-from evaluators.services import evaluation_invoke, evaluator_create, evaluator_revise, kind_resolve
+from evaluators.services import (
+    evaluation_invoke,
+    evaluator_create,
+    evaluator_revise,
+    kind_resolve,
+    parameters_diffable,
+    parameters_seal,
+)
 
 
 @project_view()
@@ -195,7 +204,10 @@ def _code_context(kind, revision=None, examples_form=None) -> dict:
         "examples_form": examples_form or ExamplesForm.for_revision(revision),
         "examples_report": report,
         "examples_passed": passed,
-        "examples_failed": len(report) - passed,
+        "examples_failed": sum(1 for case in report if case.get("passed") is False),
+        "examples_not_run": sum(1 for case in report if case.get("passed") is None),
+        "examples_max": settings.EVALSITE_EXAMPLES_MAX,
+        "examples_seconds": f"{settings.EVALSITE_EXAMPLES_SECONDS:g}",
     }
 
 
@@ -252,11 +264,11 @@ def evaluator_archive(request, project, ref):
     return redirect("evaluator-detail", project.slug, evaluator.slug)
 
 
-@project_view(write_role="viewer")
+@project_view()
 def evaluator_try(request, project, ref):
     """Run the head revision on a sample, or the unsaved settings when the form sends them.
 
-    Trying changes nothing, so viewers may do it too.
+    Trying saves nothing but runs the evaluator (code, a model, a webhook): editors only.
     """
     evaluator = _evaluator_or_404(project, ref)
     kind = kind_resolve(evaluator.kind)
@@ -267,6 +279,7 @@ def evaluator_try(request, project, ref):
             "evaluator": evaluator,
             "kind": kind,
             "try_url": request.path,
+            "can_edit": request.role in ("editor", "owner"),
         }
         return render(
             request, "evaluators/detail.html#try-panel", context | playground, status=status
@@ -283,30 +296,45 @@ def _try(request, project, kind, *, revision=None, parameters=None) -> tuple[dic
     ``parameters``.
     """
     form = TryForm(request.POST or None)
-    draft = None
+    draft = draft_parameters = None
     if any(key.startswith(PREFIX) for key in request.POST):
         base = revision.parameters if revision else parameters
         draft = SettingsForm(kind, request.POST, initial_parameters=base)
         if not draft.is_valid():
             form.add_error(None, f"Fix the settings before trying them: {_problems(draft)}")
+        else:
+            draft_parameters = _draft_sealed(form, kind, draft, base)
     result = ran = None
     if request.method == "POST" and form.is_valid():
         if draft is not None:
-            config = {"kind": kind.key, "parameters": draft.cleaned_parameters}
+            config = {"kind": kind.key, "parameters": draft_parameters}
         elif revision is not None:
             config = {"revision": revision}
         else:
             config = {"kind": kind.key, "parameters": parameters}
-        result = evaluation_invoke(
-            inputs=form.cleaned_data["inputs"],
-            outputs=form.cleaned_data["outputs"],
-            trace=form.cleaned_data["trace"],
-            project=project,
-            **config,
-        )
+        try:
+            result = evaluation_invoke(
+                inputs=form.cleaned_data["inputs"],
+                outputs=form.cleaned_data["outputs"],
+                trace=form.cleaned_data["trace"],
+                project=project,
+                **config,
+            )
+        except Busy as exc:
+            form.add_error(None, exc.fields["non_field_errors"][0])
+            return {"try_form": form, "result": None, "ran": None}, exc.status
         ran = "draft" if draft is not None else (revision.slug if revision else "defaults")
     status = 400 if request.method == "POST" and not form.is_valid() else 200
     return {"try_form": form, "result": result, "ran": ran}, status
+
+
+def _draft_sealed(form, kind, draft, stored) -> dict | None:
+    """The draft's parameters; it shows sealed values as MASK, which stand for the stored ones."""
+    try:
+        return parameters_seal(kind, draft.cleaned_parameters, stored=stored)
+    except InvalidInput as exc:
+        form.add_error(None, f"Fix the settings before trying them: {exc}")
+        return None
 
 
 def _problems(form) -> str:
@@ -325,10 +353,11 @@ def evaluator_diff(request, project, ref):
         b = by_version[int(request.GET.get("b", 0))]
     except (KeyError, ValueError):
         raise Http404("Pick two revisions of this evaluator.")
+    shown_a, shown_b = parameters_diffable(evaluator.kind, a.parameters, b.parameters)
     lines = list(
         difflib.unified_diff(
-            json.dumps(a.parameters, indent=2, sort_keys=True).splitlines(),
-            json.dumps(b.parameters, indent=2, sort_keys=True).splitlines(),
+            json.dumps(shown_a, indent=2, sort_keys=True, ensure_ascii=False).splitlines(),
+            json.dumps(shown_b, indent=2, sort_keys=True, ensure_ascii=False).splitlines(),
             fromfile=a.slug,
             tofile=b.slug,
             lineterm="",

@@ -21,7 +21,7 @@ def evaluator_for_annotation(*, project: Project, ref: str | int, author=None) -
     evaluator = Evaluator.objects.for_project(project).by_ref(ref).select_related("head").first()
     if evaluator is not None:
         return evaluator
-    if isinstance(ref, int) or str(ref).isdigit():
+    if isinstance(ref, int) or str(ref).isdecimal():
         raise InvalidInput({"evaluator": [f"No evaluator with id {ref} in this project."]})
     return evaluator_create(
         project=project,
@@ -40,7 +40,7 @@ def revision_for_annotation(evaluator: Evaluator, ref: str | int | None) -> Eval
     text = str(ref)
     found = revisions.filter(slug=text).first() or (
         revisions.filter(version=int(text)).first() or revisions.filter(pk=int(text)).first()
-        if text.isdigit()
+        if text.isdecimal()
         else None
     )
     if found is None:

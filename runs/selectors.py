@@ -79,7 +79,7 @@ def headline_metrics(run: Run, data: dict) -> list[dict]:
 
 
 def run_get(*, project: Project, run_id: int | str) -> Run | None:
-    if not str(run_id).isdigit():
+    if not str(run_id).isdecimal():
         return None
     return run_list(project=project).filter(pk=int(run_id)).first()
 
@@ -268,7 +268,7 @@ def scenario_case(request, project) -> dict | None:
     """``?run=<id>&scenario=<index>``: that scenario's inputs, outputs and trace, for the
     evaluator playground (within the request's project only)."""
     run_id, index = request.GET.get("run", ""), request.GET.get("scenario", "")
-    if not (run_id.isdigit() and index.isdigit()):
+    if not (run_id.isdecimal() and index.isdecimal()):
         return None
     run = run_get(project=project, run_id=run_id)
     scenario = run.scenarios.filter(index=int(index)).first() if run else None

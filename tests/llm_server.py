@@ -96,9 +96,10 @@ class FakeLLM:
 
 def clear_judge_state() -> None:
     """Forget rate limiters and spend counters left by earlier tests in this Redis database."""
+    from evalsite.redis_client import site_key
     from evaluators.judge.limits import client
 
-    keys = list(client().scan_iter(match="evalsite:llm:*", count=1000))
+    keys = list(client().scan_iter(match=site_key("llm", "*"), count=1000))
     if keys:
         client().delete(*keys)
 

@@ -242,7 +242,7 @@ def resolve(path: str, inputs: dict[str, Any], outputs: Any, trace: Any) -> Any:
 
 
 def _index_in(part: str, items: list) -> bool:
-    return part.lstrip("-").isdigit() and -len(items) <= int(part) < len(items)
+    return part.lstrip("-").isdecimal() and -len(items) <= int(part) < len(items)
 
 
 def _opened(value: Any) -> Any:

@@ -18,7 +18,7 @@ import time
 import redis
 from django.conf import settings
 
-from evalsite.redis_client import client_for
+from evalsite.redis_client import client_for, site_key
 
 # KEYS[1] the limiter; ARGV: emission interval (ms), burst tolerance (ms).
 # Returns 0 when the call may go now (and takes its slot), else the ms to wait before asking again.
@@ -81,7 +81,7 @@ class Limiter:
     """The rate limiter of one model connection (a no-op when ``rpm`` is 0)."""
 
     def __init__(self, connection_id: int, rpm: int) -> None:
-        self.key = f"evalsite:llm:rate:{connection_id}"
+        self.key = site_key("llm", "rate", connection_id)
         self.rpm = rpm
 
     def acquire(self, deadline: float) -> float:
@@ -113,7 +113,7 @@ class SpendCounter:
     """The accumulated judge cost (USD) of one scope: a run, an online rule, or one batch."""
 
     def __init__(self, scope: str) -> None:
-        self.key = f"evalsite:llm:spend:{scope}"
+        self.key = site_key("llm", "spend", scope)
 
     def total(self) -> float:
         value = client().get(self.key)

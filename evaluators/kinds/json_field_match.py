@@ -130,7 +130,7 @@ def resolve(document: Any, path: str) -> Any:
 def _step(value: Any, step: str | int) -> Any:
     if isinstance(value, dict):
         return value.get(step, MISSING) if isinstance(step, str) else MISSING
-    if isinstance(value, list) and isinstance(step, str) and step.lstrip("-").isdigit():
+    if isinstance(value, list) and isinstance(step, str) and step.lstrip("-").isdecimal():
         step = int(step)
     if isinstance(value, list) and isinstance(step, int) and -len(value) <= step < len(value):
         return value[step]

@@ -104,7 +104,7 @@ def _comparison(request) -> compare.Comparison:
 
 def _int(params, name: str, default: int, high: int | None = None) -> int:
     value = params.get(name, "")
-    number = int(value) if value.isdigit() else default
+    number = int(value) if value.isdecimal() else default
     return min(number, high) if high else number
 
 

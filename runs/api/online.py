@@ -139,7 +139,7 @@ def _rules(request):
 
 
 def _rule_or_404(request, rule_id) -> OnlineRule:
-    rule = _rules(request).filter(pk=rule_id).first() if str(rule_id).isdigit() else None
+    rule = _rules(request).filter(pk=rule_id).first() if str(rule_id).isdecimal() else None
     if rule is None:
         raise Http404
     return rule

@@ -235,7 +235,7 @@ def run_metrics(request, run_id):
     run = run_or_404(request, run_id)
     row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
     body = {"run": row.data if row else {}, "refreshed_at": row.refreshed_at if row else None}
-    if request.query_params.get("scenario", "").isdigit():
+    if request.query_params.get("scenario", "").isdecimal():
         scenario = run.scenarios.filter(index=int(request.query_params["scenario"])).first()
         if scenario is None:
             raise Http404
@@ -298,7 +298,7 @@ def annotations(request):
         queryset = queryset.filter(trace__trace_id=params["trace_id"])
     if params.get("evaluator"):
         queryset = queryset.for_evaluator(params["evaluator"])
-    if params.get("run", "").isdigit():
+    if params.get("run", "").isdecimal():
         queryset = queryset.filter(results__run_id=int(params["run"])).distinct()
     paginator = CursorPagination()
     page = paginator.paginate_queryset(queryset, request)

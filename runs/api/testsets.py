@@ -12,12 +12,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from evalsite.api import ERROR_RESPONSES
+from evalsite.rest import JSONParser
 from runs import testsets as services
 from runs.models import Testset, TestsetVersion
 

@@ -109,7 +109,7 @@ def comparison_get(
     """The runs to compare (2 to 10 batch runs of one testset), baseline first, and the metrics
     they share. Refuses anything else with an ``InvalidInput`` naming the problem (404 for a
     run that is not in this project)."""
-    if any(not str(i).isdigit() for i in run_ids):
+    if any(not str(i).isdecimal() for i in run_ids):
         raise InvalidInput({"runs": ["Run ids are numbers, e.g. ?runs=12,13."]})
     ids = [int(i) for i in run_ids]
     if len(ids) < 2:
@@ -126,7 +126,7 @@ def comparison_get(
         )
     runs = [found[i] for i in ids]
     _check_same_testset(runs)
-    base = int(baseline) if str(baseline or "").isdigit() else ids[0]
+    base = int(baseline) if str(baseline or "").isdecimal() else ids[0]
     if base not in found:
         raise InvalidInput({"baseline": ["The baseline must be one of the compared runs."]})
     runs = [found[base], *(r for r in runs if r.pk != base)]
@@ -166,7 +166,7 @@ def comparable_runs(*, project: Project, include=(), limit: int = 100) -> list[R
         is_online=False, testset_version__isnull=False
     )
     recent = list(runs.exclude(status__in=ACTIVE_RUN_STATUSES)[:limit])
-    chosen = [int(i) for i in include if str(i).isdigit()]
+    chosen = [int(i) for i in include if str(i).isdecimal()]
     missing = set(chosen) - {r.pk for r in recent}
     return recent + list(runs.filter(pk__in=missing)) if missing else recent
 

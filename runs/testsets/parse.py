@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from runs import conf
 
@@ -180,6 +181,9 @@ def _decode(data: bytes) -> str:
         )
 
 
+_TOO_DEEP = object()
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a JSON value (use null or a string)")
 
@@ -196,6 +200,10 @@ def _parse_json(text: str) -> list[Any]:
         )
     except ValueError as exc:
         raise InvalidInput({"file": [f"not valid JSON: {exc}"]})
+    except RecursionError:
+        value = _TOO_DEEP
+    if value is _TOO_DEEP or jsonsafe.depth_exceeds(value):
+        raise InvalidInput({"file": [f"the JSON is {jsonsafe.too_deep_message()}"]})
     if not isinstance(value, list):
         raise InvalidInput(
             {"file": [f"Expected a JSON array of objects, got {value_kind(value)}."]}
@@ -218,7 +226,13 @@ def _parse_jsonl(text: str, problems: _Problems) -> list[Any]:
         if number > limit:
             raise InvalidInput({"file": [too_many_rows(limit)]})
         try:
-            rows.append(json.loads(line, parse_constant=_reject_constant))
+            row = json.loads(line, parse_constant=_reject_constant)
+            if jsonsafe.depth_exceeds(row):
+                raise RecursionError
+            rows.append(row)
+        except RecursionError:
+            problems.add(f"row {number}: the JSON is {jsonsafe.too_deep_message()}")
+            rows.append(None)
         except json.JSONDecodeError as exc:
             where = f"row {number}" + (f" (line {line_number})" if line_number != number else "")
             problems.add(f"{where}: not valid JSON: {exc.msg} at column {exc.colno}")
@@ -293,7 +307,9 @@ def _csv_cell(text: str) -> Any:
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
         try:
             value = json.loads(stripped, parse_constant=_reject_constant)
-        except ValueError:
+        except (ValueError, RecursionError):
+            return text
+        if jsonsafe.depth_exceeds(value):
             return text
         if isinstance(value, dict | list):
             return value

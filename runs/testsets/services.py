@@ -39,7 +39,7 @@ def testset_get(*, project: Project, ref: str | int) -> Testset | None:
     """A testset by slug or id, within the project (a slug wins over an id that looks the same)."""
     testsets = Testset.objects.for_project(project).select_related("head")
     found = testsets.filter(slug=str(ref)).first()
-    if found is None and str(ref).isdigit():
+    if found is None and str(ref).isdecimal():
         found = testsets.filter(pk=int(ref)).first()
     return found
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from runs.traces.spans import EPOCH, SYSTEM_ATTRIBUTES, iso
 
@@ -197,7 +197,7 @@ def _finite(value: Any) -> Any:
 
 def _otlp_json(body: bytes) -> Iterator[OtelSpan]:
     try:
-        document = json.loads(body)
+        document = jsonsafe.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput({"body": [f"not JSON ({exc})"]})
     if not isinstance(document, dict):
@@ -289,7 +289,7 @@ def _json_int(value: Any, loc: str) -> int:
         return 0
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdecimal():
         return int(value)
     raise InvalidInput({loc: ["must be an integer (unix nanoseconds, as a string or number)"]})
 

@@ -22,7 +22,7 @@ MINUS = "\u2212"
 
 def _page_number(params) -> int:
     value = params.get("page", "1")
-    return max(int(value), 1) if value.isdigit() else 1
+    return max(int(value), 1) if value.isdecimal() else 1
 
 
 @project_view()

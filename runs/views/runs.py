@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evalsite.templatetags.evalsite_tags import cell_value
 from evalsite.views import project_view
@@ -235,7 +236,7 @@ def run_detail(request, project, run_id):
     run = _run_or_404(project, run_id)
     query = selectors.TableQuery.from_params(request.GET)
     page_number = max(
-        int(request.GET.get("page", "1") or 1) if request.GET.get("page", "1").isdigit() else 1, 1
+        int(request.GET.get("page", "1") or 1) if request.GET.get("page", "1").isdecimal() else 1, 1
     )
     scenarios, total = selectors.scenario_page(
         run, query, offset=(page_number - 1) * PAGE_SIZE, limit=PAGE_SIZE
@@ -341,7 +342,7 @@ class ApplicationForm(forms.Form):
 
     def clean_config(self):
         try:
-            value = json.loads(self.cleaned_data["config"] or "{}")
+            value = jsonsafe.loads(self.cleaned_data["config"] or "{}")
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}")
         if not isinstance(value, dict):

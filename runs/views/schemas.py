@@ -10,6 +10,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
 from evaluators.selectors import revision_get
@@ -31,7 +32,7 @@ class SchemaForm(forms.Form):
 
     def clean_schema(self):
         try:
-            return json.loads(self.cleaned_data["schema"])
+            return jsonsafe.loads(self.cleaned_data["schema"])
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}")
 

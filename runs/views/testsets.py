@@ -18,6 +18,7 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import push_url
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
 from runs import testsets as services
@@ -287,11 +288,9 @@ def _saved(version, head_before) -> str:
 
 def _parse_row(text: str) -> dict:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            {"data": [f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."]}
-        )
+        data = jsonsafe.loads(text)
+    except jsonsafe.UnsafeJSON as exc:
+        raise InvalidInput({"data": [f"Not valid JSON: {exc}."]})
     if not isinstance(data, dict):
         raise InvalidInput({"data": ['A row is a JSON object: {"column": value, ...}.']})
     return data

@@ -1,0 +1,1 @@
+"""Attack cases, one module per boundary (docs/security.md names each boundary)."""
