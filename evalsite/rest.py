@@ -7,22 +7,10 @@ from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DataError, IntegrityError
 from django.http import Http404
-from rest_framework import exceptions, pagination, parsers
+from rest_framework import exceptions, pagination
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
-
-
-class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser through ``evalsite.jsonsafe``: no NaN, no nesting past the limit."""
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        encoding = (parser_context or {}).get("encoding", "utf-8")
-        try:
-            return jsonsafe.loads(stream.read().decode(encoding))
-        except (jsonsafe.UnsafeJSON, UnicodeDecodeError) as exc:
-            raise exceptions.ParseError(f"JSON parse error: {exc}")
 
 
 class RequestTooLarge(exceptions.APIException):

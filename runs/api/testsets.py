@@ -18,7 +18,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from evalsite.api import ERROR_RESPONSES
-from evalsite.rest import JSONParser
+from evalsite.parsers import JSONParser
 from runs import testsets as services
 from runs.models import Testset, TestsetVersion
 
