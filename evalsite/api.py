@@ -25,6 +25,14 @@ ERROR_RESPONSES = {
     401: OpenApiResponse(description="Missing, malformed or revoked API key."),
     403: OpenApiResponse(description="Your role in the project does not allow this."),
     404: OpenApiResponse(description="Not found in your project."),
+    413: OpenApiResponse(description="The body is larger than EVALSITE_MAX_BODY_BYTES."),
+}
+# Operations that execute the project's work while the request waits (evalsite.quotas).
+BUSY_RESPONSES = {
+    429: OpenApiResponse(
+        description="The project already runs its EVALSITE_INTERACTIVE_SLOTS interactive "
+        "evaluations; `Retry-After` says when to ask again."
+    ),
 }
 
 

@@ -14,6 +14,7 @@ is the engine's business (docs/runs.md).
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from django.conf import settings
 
 from evalsite.errors import InvalidInput
-from evalsite.redis_client import client, site_key
+from evalsite.redis_client import client, client_for, site_key
 
 # KEYS[1] the project's slots; ARGV: limit, lease (ms), token. Returns 0 when the slot is taken,
 # else the ms until the soonest slot frees.
@@ -79,5 +80,10 @@ def interactive_slot(project_id: int | None, *, seconds: float | None = None) ->
         client().zrem(key, token)
 
 
+@functools.cache
+def _script(url: str):
+    return client_for(url).register_script(_ACQUIRE)
+
+
 def _acquire():
-    return client().register_script(_ACQUIRE)
+    return _script(settings.REDIS_URL)

@@ -10,7 +10,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
-from evalsite.api import ERROR_RESPONSES
+from evalsite.api import BUSY_RESPONSES, ERROR_RESPONSES
 from evalsite.errors import InvalidInput
 from evaluators import selectors
 from evaluators.kinds import REGISTRY
@@ -244,7 +244,7 @@ class EvaluatorViewSet(
 
     @extend_schema(
         request=EvaluatorCreateSerializer,
-        responses={201: EvaluatorSerializer, **ERROR_RESPONSES},
+        responses={201: EvaluatorSerializer, **ERROR_RESPONSES, **BUSY_RESPONSES},
         parameters=[],
     )
     def create(self, request):
@@ -256,7 +256,8 @@ class EvaluatorViewSet(
         return Response(EvaluatorSerializer(evaluator).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        request=EvaluatorUpdateSerializer, responses={200: EvaluatorSerializer, **ERROR_RESPONSES}
+        request=EvaluatorUpdateSerializer,
+        responses={200: EvaluatorSerializer, **ERROR_RESPONSES, **BUSY_RESPONSES},
     )
     def update(self, request, ref=None, partial=False):
         evaluator = self.get_object()
@@ -268,7 +269,8 @@ class EvaluatorViewSet(
         return Response(EvaluatorSerializer(self.get_object()).data)
 
     @extend_schema(
-        request=EvaluatorUpdateSerializer, responses={200: EvaluatorSerializer, **ERROR_RESPONSES}
+        request=EvaluatorUpdateSerializer,
+        responses={200: EvaluatorSerializer, **ERROR_RESPONSES, **BUSY_RESPONSES},
     )
     def partial_update(self, request, ref=None):
         return self.update(request, ref, partial=True)
@@ -354,7 +356,7 @@ class EvaluationSerializer(serializers.Serializer):
 
 @extend_schema(
     request=InvokeSerializer,
-    responses={200: EvaluationSerializer, **ERROR_RESPONSES},
+    responses={200: EvaluationSerializer, **ERROR_RESPONSES, **BUSY_RESPONSES},
     tags=["evaluators"],
 )
 @api_view(["POST"])

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
-from evalsite.api import ERROR_RESPONSES
+from evalsite.api import BUSY_RESPONSES, ERROR_RESPONSES
 from evaluators.judge.connections import (
     model_connection_create,
     model_connection_delete,
@@ -204,6 +204,7 @@ class JudgeRenderView(APIView):
                 },
             ),
             **ERROR_RESPONSES,
+            **BUSY_RESPONSES,
         },
         tags=["evaluators"],
     )
