@@ -1,8 +1,10 @@
 """Demo content so the first page a newcomer sees is not empty. Idempotent: run it any time.
 
 A capital-cities QA app: a testset whose rows hold two versions of the app's answers, evaluators
-of several kinds (built-in checks, a Python code evaluator, human feedback), and two finished
-runs to read, drill into, annotate and compare.
+of several kinds (built-in checks, a Python code evaluator, human feedback), two finished
+runs to read, drill into, annotate and compare, and an annotation queue over the first run's
+answers: two reviewers' answers, one item adjudicated, one waiting for an adjudicator, two
+waiting for the demo user's review (the second of theirs), gold labels and the reliability records they give.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from evalsite.services import membership_set, project_create, user_get_or_create
 from evaluators.models import Evaluator
 from evaluators.services import evaluator_create
 from runs.applications import application_create
+from runs import review
 from runs.engine import run_create, run_execute_inline
-from runs.models import Application, Run, Testset
+from runs.models import AnnotationQueue, Application, Run, Testset
 from runs.testsets import testset_create
 
 DEMO_USER = "demo"
@@ -68,6 +71,18 @@ DEMO_EVALUATORS: list[dict] = [
         "description": "A custom Python evaluator returning several metrics: score, success, label, length.",
     },
     {
+        "slug": "correct-answer",
+        "name": "Correct answer",
+        "kind": "human",
+        "description": "A person's yes or no: does the answer name the capital?",
+        "parameters": {
+            "fields": [
+                {"name": "correct", "type": "boolean", "description": "Names the capital"},
+                {"name": "comment", "type": "string", "required": False},
+            ]
+        },
+    },
+    {
         "slug": "reviewer-stars",
         "name": "Reviewer stars",
         "kind": "human",
@@ -96,6 +111,7 @@ def demo_load() -> Project:
     membership_set(project=project, user=user, role=Role.OWNER)
     _demo_evaluators(project, user)
     _demo_runs(project, user)
+    _demo_queue(project, user)
     return project
 
 
@@ -159,3 +175,55 @@ def _demo_runs(project, user) -> None:
             author=user,
         )
         run_execute_inline(run=run)
+
+
+# A person would call an answer correct when it names the capital, whatever its case or the
+# words around it: "nairobi" and "Lima, of course." are right, which exact matching misses.
+DEMO_CORRECT_V1 = [True, True, False, True, False, False, True, False, True, False, True, True]
+DEMO_REVIEWERS = ("rita", "remy")
+DEMO_DISAGREE = {4: 1, 9: 0}  # item -> the reviewer who answers the opposite
+
+
+def _demo_queue(project, user) -> None:
+    if AnnotationQueue.objects.filter(project=project, slug="capital-answers").exists():
+        return
+    run = Run.objects.filter(project=project, name="Capital QA v1").first()
+    human = Evaluator.objects.filter(project=project, slug="correct-answer").first()
+    if run is None or human is None:
+        return
+    reviewers = []
+    for name in DEMO_REVIEWERS:
+        person = user_get_or_create(username=name)  # no password: they only hold reviews
+        membership_set(project=project, user=person, role=Role.VIEWER)
+        reviewers.append(person)
+    queue = review.queue_create(
+        project=project,
+        name="Capital answers",
+        slug="capital-answers",
+        evaluator=human,
+        reviewers_per_item=2,
+        blind=True,
+        reviewers=[*DEMO_REVIEWERS, user.username],
+        adjudicators=[user.username],
+        instructions="Is the answer **the capital** of the country asked about?\n\n"
+        "- Case and extra words do not matter: *nairobi* is right.\n"
+        "- An apology or another city is wrong.",
+        author=user,
+    )
+    review.items_add_from_run(queue=queue, run=run, selection={"select": "all"})
+    items = list(queue.items.order_by("position").select_related("scenario", "queue"))
+    for item in items:
+        index = item.scenario.index
+        # The first two wait for a second review: the demo user's, on "Start reviewing".
+        for r, person in enumerate(reviewers if index >= 2 else reviewers[:1]):
+            correct = DEMO_CORRECT_V1[index] != (DEMO_DISAGREE.get(index) == r)
+            review.review_submit(item=item, reviewer=person, outputs={"correct": correct})
+    adjudicate = next(item for item in items if item.scenario.index == 4)
+    adjudicate.refresh_from_db()
+    review.item_adjudicate(
+        item=adjudicate, adjudicator=user, outputs={"correct": False}, role=Role.OWNER
+    )
+    # What the background tasks would do a moment later, done now so the pages show it.
+    review.queue_agreement_refresh(queue=queue)
+    for step in run.steps.filter(revision__isnull=False).select_related("revision"):
+        review.reliability_refresh(revision=step.revision, gold_evaluator=human)

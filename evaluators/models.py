@@ -246,3 +246,33 @@ class ModelConnection(models.Model):
         if self.failing_reason:
             ModelConnection.objects.filter(pk=self.pk).update(failing_reason="", failing_since=None)
             self.failing_reason, self.failing_since = "", None
+
+
+class ReliabilityRecord(models.Model):
+    """How far a revision agrees with the gold labels of a human-feedback evaluator, on the
+    traces both judged: figures with 95 % intervals and the number of gold items they rest on.
+    Computed by the runs app (runs.review.reliability), read here and on every run page."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    revision = models.ForeignKey(
+        EvaluatorRevision, on_delete=models.CASCADE, related_name="reliability_records"
+    )
+    gold_evaluator = models.ForeignKey(Evaluator, on_delete=models.CASCADE, related_name="+")
+    output_field = models.CharField(max_length=64, help_text="The revision's output key.")
+    gold_field = models.CharField(max_length=64, help_text="The gold label's field.")
+    type = models.CharField(max_length=16, help_text="binary, numeric or categorical")
+    items = models.PositiveIntegerField(default=0, help_text="Gold items it rests on.")
+    figures = models.JSONField(default=dict)
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["revision", "gold_field"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["revision", "gold_evaluator", "output_field", "gold_field"],
+                name="reliability_unique_pairing",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}.{self.output_field} vs {self.gold_field}"

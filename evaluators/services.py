@@ -237,10 +237,12 @@ def evaluator_revise(
     message: str = "",
     outputs_schema: dict[str, Any] | None = None,
     examples: list | None = None,
+    make_head: bool = True,
     **fields: Any,
 ) -> EvaluatorRevision | None:
     """Apply edits. Changed parameters (or schema, or examples) make a new revision; returns it,
-    or None when only name/description/archived changed."""
+    or None when only name/description/archived changed. ``make_head=False`` keeps the current
+    head (a candidate revision, measured before anyone adopts it)."""
     evaluator = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
     for name in ("name", "description", "archived"):
         if name in fields and fields[name] is not None:
@@ -267,10 +269,25 @@ def evaluator_revise(
         and examples == head.examples
     ):
         return None
-    return _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schema, examples)
+    return _revision_create(
+        evaluator, kind_obj, parsed, author, message, outputs_schema, examples, make_head
+    )
 
 
-def _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schema, examples):
+def evaluator_head_set(*, evaluator: Evaluator, revision: EvaluatorRevision) -> Evaluator:
+    """Adopt one of the evaluator's revisions as its head (a candidate that measured well)."""
+    if revision.evaluator_id != evaluator.pk:
+        raise InvalidInput(
+            {"revision": [f"{revision.slug} is not a revision of {evaluator.slug}."]}
+        )
+    Evaluator.objects.filter(pk=evaluator.pk).update(head=revision, updated_at=timezone.now())
+    evaluator.head = revision
+    return evaluator
+
+
+def _revision_create(
+    evaluator, kind_obj, parsed, author, message, outputs_schema, examples, make_head=True
+):
     schemas = schemas_for(kind_obj, parsed)
     if outputs_schema is not None:
         _check_schema(outputs_schema, "outputs_schema")
@@ -300,8 +317,9 @@ def _revision_create(evaluator, kind_obj, parsed, author, message, outputs_schem
         message=message[:500],
         author=_person(author),
     )
-    Evaluator.objects.filter(pk=evaluator.pk).update(head=revision, updated_at=timezone.now())
-    evaluator.head = revision
+    if make_head:
+        Evaluator.objects.filter(pk=evaluator.pk).update(head=revision, updated_at=timezone.now())
+        evaluator.head = revision
     return revision
 
 

@@ -1,4 +1,5 @@
-"""Testsets, traces, applications, runs, scenarios, results, annotations, metrics, online rules."""
+"""Testsets, traces, applications, runs, scenarios, results, annotations, metrics, online rules,
+annotation queues (items, reviews) and judge alignments."""
 
 from __future__ import annotations
 
@@ -488,6 +489,7 @@ class Origin(models.TextChoices):
     AUTO = "auto"
     HUMAN = "human"
     CUSTOM = "custom"
+    GOLD = "gold"  # the settled label of an annotation queue item
 
 
 class Channel(models.TextChoices):
@@ -664,3 +666,225 @@ class OnlineRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# --- annotation queues ------------------------------------------------------------------------
+
+
+class AnnotationQueue(models.Model):
+    """Items (traces, usually a run's scenarios) reviewed by people with a human-feedback
+    evaluator's form, each by ``reviewers_per_item`` reviewers; disagreements go to an
+    adjudicator, and every settled item gets a gold label."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="annotation_queues")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    instructions = models.TextField(blank=True, help_text="Markdown, shown beside the form.")
+    evaluator = models.ForeignKey(
+        "evaluators.Evaluator", on_delete=models.PROTECT, related_name="annotation_queues"
+    )
+    revision = models.ForeignKey(
+        "evaluators.EvaluatorRevision",
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The form's revision: the evaluator's head when the queue was made.",
+    )
+    reviewers_per_item = models.PositiveSmallIntegerField(default=2)
+    blind = models.BooleanField(
+        default=True,
+        help_text="Reviewers see neither the other reviews nor the automatic verdicts "
+        "until they submit.",
+    )
+    min_agreement = models.FloatField(
+        default=1.0,
+        help_text="Items whose reviewers agree less than this (share of agreeing pairs, "
+        "0..1) go to an adjudicator; 1.0 sends every disagreement.",
+    )
+    reservation_seconds = models.PositiveIntegerField(default=900)
+    reviewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="review_queues"
+    )
+    adjudicators = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="adjudication_queues"
+    )
+    trace_filter = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Online feed: new traces matching this filter (as an online rule's) join.",
+    )
+    sampling_rate = models.FloatField(default=1.0, help_text="Online feed: share of matches.")
+    agreement = models.JSONField(default=dict, blank=True, help_text="The last computed report.")
+    agreement_refreshed_at = models.DateTimeField(null=True, blank=True)
+    archived = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "slug"], name="queue_unique_slug"),
+            models.CheckConstraint(
+                condition=Q(reviewers_per_item__gte=1, reviewers_per_item__lte=5),
+                name="queue_reviewers_1_to_5",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_agreement__gte=0, min_agreement__lte=1),
+                name="queue_min_agreement_0_to_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ItemStatus(models.TextChoices):
+    OPEN = "open", "Collecting reviews"
+    ADJUDICATION = "adjudication", "Waiting for an adjudicator"
+    GOLD = "gold", "Settled"
+
+
+class ItemSource(models.TextChoices):
+    RUN = "run", "A run's scenarios"
+    RULE = "rule", "Online traces"
+    MANUAL = "manual", "Added by hand"
+    API = "api", "Added through the API"
+
+
+class SettledBy(models.TextChoices):
+    UNANIMOUS = "unanimous"
+    MAJORITY = "majority"
+    ADJUDICATOR = "adjudicator"
+
+
+class QueueItem(models.Model):
+    """One trace to review (a run's scenario when it came from a run)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="queue_items")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    scenario = models.ForeignKey(
+        Scenario, null=True, blank=True, on_delete=models.SET_NULL, related_name="queue_items"
+    )
+    source = models.CharField(max_length=16, choices=ItemSource.choices)
+    position = models.PositiveIntegerField(help_text="Reviewers get items in this order.")
+    status = models.CharField(max_length=16, choices=ItemStatus.choices, default=ItemStatus.OPEN)
+    agreement = models.FloatField(
+        null=True, blank=True, help_text="Share of reviewer pairs that agree, over the fields."
+    )
+    gold = models.ForeignKey(
+        Annotation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    settled_by = models.CharField(max_length=16, choices=SettledBy.choices, blank=True)
+    adjudicated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["queue", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "trace"], name="queue_item_unique_trace"),
+            models.UniqueConstraint(
+                fields=["queue", "position"], name="queue_item_unique_position"
+            ),
+        ]
+        indexes = [models.Index(fields=["queue", "status", "position"])]
+
+    def __str__(self) -> str:
+        return f"item {self.position} of {self.queue_id}"
+
+
+class ReviewStatus(models.TextChoices):
+    RESERVED = "reserved"
+    SUBMITTED = "submitted"
+    SKIPPED = "skipped"
+
+
+class Review(models.Model):
+    """One reviewer's answer to one item; a reservation until it is submitted or skipped."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="reviews")
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reviews"
+    )
+    status = models.CharField(
+        max_length=16, choices=ReviewStatus.choices, default=ReviewStatus.RESERVED
+    )
+    outputs = models.JSONField(null=True, blank=True)
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["item", "submitted_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], name="review_unique_reviewer")
+        ]
+        indexes = [models.Index(fields=["queue", "reviewer", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_id} on {self.item_id}: {self.status}"
+
+
+class AlignmentStatus(models.TextChoices):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    ACCEPTED = "accepted"
+    DISCARDED = "discarded"
+
+
+class JudgeAlignment(models.Model):
+    """A candidate revision of an LLM judge whose prompt carries few-shot examples taken from
+    gold labels it got wrong, measured against the base revision on held-out gold items."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    base = models.ForeignKey(
+        "evaluators.EvaluatorRevision", on_delete=models.CASCADE, related_name="+"
+    )
+    candidate = models.ForeignKey(
+        "evaluators.EvaluatorRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="alignments")
+    gold_field = models.CharField(max_length=64)
+    output_field = models.CharField(max_length=64)
+    shots = models.PositiveSmallIntegerField(default=4)
+    seed = models.PositiveIntegerField(default=0)
+    train = models.JSONField(default=list, help_text="Queue item ids the examples came from.")
+    heldout = models.JSONField(default=list, help_text="Queue item ids both revisions judge.")
+    examples = models.JSONField(default=list, help_text="The few-shot cases in the prompt.")
+    estimate = models.JSONField(default=dict, help_text="{calls, tokens, cost_usd} before running.")
+    max_cost_usd = models.FloatField(null=True, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    records = models.JSONField(default=dict, help_text="{base, candidate}: held-out records.")
+    status = models.CharField(
+        max_length=16, choices=AlignmentStatus.choices, default=AlignmentStatus.RUNNING
+    )
+    error = models.JSONField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"alignment of {self.base_id}"

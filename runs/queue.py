@@ -13,8 +13,9 @@ from celery import current_app
 from django.db import connection, transaction
 
 from evalsite.redis_client import client as redis_client
+from evalsite.redis_client import site_key
 from runs import conf
-from runs.models import OnlineRule
+from runs.models import AnnotationQueue, OnlineRule
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,12 @@ def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
         return
 
     def queue() -> None:
-        if not OnlineRule.objects.filter(project_id=project_id, active=True).exists():
+        if not (
+            OnlineRule.objects.filter(project_id=project_id, active=True).exists()
+            or AnnotationQueue.objects.filter(
+                project_id=project_id, archived=False, trace_filter__isnull=False
+            ).exists()
+        ):
             return
         try:
             send_now(
@@ -134,3 +140,40 @@ def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
 
 def online_evaluate(rule_id: int, trace_ids: list[int]) -> None:
     send("runs.tasks.ingest_online_evaluate", (rule_id, trace_ids))
+
+
+def _debounced(name: str, key: str, args: tuple) -> None:
+    """Queue ``name`` after the commit unless one is already waiting (the task clears ``key``
+    as it starts, so work that lands meanwhile queues the next one)."""
+
+    def queue() -> None:
+        try:
+            first = redis_client().set(key, 1, nx=True, ex=300)
+        except Exception:  # no Redis: refresh every time rather than never
+            logger.warning("no Redis for the debounce of %s", name, exc_info=True)
+            first = True
+        if first:
+            send_now(name, args, countdown=conf.refresh_delay_seconds())
+
+    transaction.on_commit(queue)
+
+
+def debounce_clear(key: str) -> None:
+    try:
+        redis_client().delete(key)
+    except Exception:
+        logger.warning("no Redis to clear %s", key, exc_info=True)
+
+
+def agreement_key(queue_id: int) -> str:
+    return site_key("review", "agreement", str(queue_id))
+
+
+def queue_agreement_refresh(queue_id: int) -> None:
+    """Recompute an annotation queue's agreement a moment after reviews land (debounced)."""
+    _debounced("runs.tasks.queue_agreement_refresh", agreement_key(queue_id), (queue_id,))
+
+
+def reliability_refresh(project_id: int, trace_ids: list[int]) -> None:
+    """Recompute the reliability records that rest on these traces' gold labels."""
+    send("runs.tasks.reliability_refresh", (project_id, trace_ids))

@@ -4,23 +4,14 @@ intervals, and the verdict of a paired test."""
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 
+# The level, seed and Wilson interval are shared with the rest of runs (runs/statistics.py).
+from runs.statistics import ALPHA, SEED, Z, wilson
+from runs.statistics import LEVEL as LEVEL
+
 RESAMPLES = 2000
-
-
-SEED = 20240917  # fixed: the same runs always give the same intervals
-
-
-LEVEL = 0.95
-
-
-ALPHA = 1 - LEVEL
-
-
-Z = NormalDist().inv_cdf(1 - ALPHA / 2)
 
 
 EXACT_BELOW = 25  # McNemar: exact binomial on the discordant pairs below this many
@@ -111,16 +102,6 @@ def mcnemar(b: int, c: int) -> dict:
         "statistic": statistic,
         "method": "chi-square, continuity-corrected",
     }
-
-
-def wilson(successes: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denominator = 1 + Z**2 / n
-    centre = (p + Z**2 / (2 * n)) / denominator
-    half = Z * math.sqrt(p * (1 - p) / n + Z**2 / (4 * n * n)) / denominator
-    return centre - half, centre + half
 
 
 def paired_rate_ci(a: int, b: int, c: int, d: int) -> list[float] | None:

@@ -23,6 +23,8 @@ from runs.online.rules import (
     online_sampled,
     rule_candidates,
     rule_slug,
+    traces_matching,
+    traces_sampled,
 )
 
 __all__ = [
@@ -47,4 +49,6 @@ __all__ = [
     "online_units_plan",
     "rule_candidates",
     "rule_slug",
+    "traces_matching",
+    "traces_sampled",
 ]

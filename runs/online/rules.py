@@ -140,9 +140,16 @@ def traces_sampled(traces: QuerySet[Trace], rate: float) -> QuerySet[Trace]:
 def online_rule_matches(*, rule: OnlineRule, traces: QuerySet[Trace] | None = None) -> QuerySet:
     """The rule's project's production traces that match its filter (sampling aside), among
     ``traces`` when given. A trace needs its root span: a child that arrived first waits."""
-    found = filter_parse(rule.filter)
+    return traces_matching(project=rule.project, filter=rule.filter, traces=traces)
+
+
+def traces_matching(
+    *, project: Project, filter: dict | None, traces: QuerySet[Trace] | None = None
+) -> QuerySet[Trace]:
+    """Production traces of ``project`` matching a rule filter (see ``online_rule_matches``)."""
+    found = filter_parse(filter)
     matched = trace_list(
-        project=rule.project,
+        project=project,
         name=found.name,
         since=found.since,
         until=found.until,
