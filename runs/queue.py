@@ -8,16 +8,18 @@ are not there yet."""
 from __future__ import annotations
 
 import logging
+import threading
 
-from celery import current_app
 from django.db import connection, transaction
 
+from evalsite.celery import app as celery_app
 from evalsite.redis_client import client as redis_client
 from evalsite.redis_client import site_key
 from runs import conf
 from runs.models import AnnotationQueue, OnlineRule
 
 logger = logging.getLogger(__name__)
+_IMPORTING = threading.Lock()
 
 # Keys carry the database's name: two sites (or a test run) sharing one Redis never mix runs.
 REFRESH_KEY = "evalsite:{db}:runs:refresh:{run_id}"
@@ -34,11 +36,16 @@ def send(name: str, args: tuple | list = (), **options) -> None:
 
 
 def send_now(name: str, args: tuple | list = (), **options) -> None:
-    if name not in current_app.tasks:
-        # A web process has not loaded the apps' task modules yet: autodiscovery does, once.
-        current_app.loader.import_default_modules()
+    # Our app, not celery.current_app: that one is per thread, and a thread the app was never
+    # made current in (a threaded web server, a thread pool) gets Celery's empty default app.
+    if name not in celery_app.tasks:
+        # A web process has not loaded the apps' task modules yet: autodiscovery does, once,
+        # under a lock (threads sending at once would each see half-registered modules).
+        with _IMPORTING:
+            if name not in celery_app.tasks:
+                celery_app.loader.import_default_modules()
     # The registered task honours task_always_eager (tests) and its own options.
-    current_app.tasks[name].apply_async(tuple(args), **options)
+    celery_app.tasks[name].apply_async(tuple(args), **options)
 
 
 def run_dispatch(run_id: int) -> None:

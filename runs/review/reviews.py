@@ -31,7 +31,7 @@ from runs.models import (
 from runs.review import agreement
 from runs.review.queues import form_fields, label_fields
 
-CANDIDATES = 20  # items tried per claim before giving up (each may be locked by a neighbour)
+CANDIDATES = 20  # items tried per claim (each may have been filled by a neighbour meanwhile)
 
 
 class Conflict(InvalidInput):
@@ -89,8 +89,8 @@ def _live(now) -> Q:
 def item_next(*, queue: AnnotationQueue, reviewer) -> QueueItem | None:
     """The reviewer's next item, reserved for them for the queue's reservation time: the one
     they hold already, else the first open item they have not seen that still needs reviews.
-    Two reviewers (or two hosts) claiming at once lock the item row, so an item never gets more
-    reviews than it needs."""
+    Two reviewers (or two hosts) claiming at once lock the item row in turn and count again, so
+    an item never gets more reviews than it needs."""
     _check_reviewer(queue, reviewer)
     now = timezone.now()
     until = now + timedelta(seconds=queue.reservation_seconds)
@@ -118,7 +118,9 @@ def item_next(*, queue: AnnotationQueue, reviewer) -> QueueItem | None:
     for pk in candidates[:CANDIDATES]:
         with transaction.atomic():
             item = (
-                QueueItem.objects.select_for_update(skip_locked=True)
+                # Wait for a neighbour's claim (a short transaction) rather than skip the item:
+                # skipping would tell this reviewer "nothing left" while the item still has room.
+                QueueItem.objects.select_for_update(of=("self",))
                 .filter(pk=pk, status=ItemStatus.OPEN)
                 .select_related("queue")
                 .first()
