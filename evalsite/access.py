@@ -7,7 +7,9 @@ refused with an ``ImproperlyConfigured`` error instead of guessed, and
 
 The rule: reading saved things needs viewer. Anything that writes, or that executes or spends
 without writing (runs code, renders a template or judge script, calls a webhook, an application
-or a model, queues work), needs editor. Owners alone manage API keys. The levels outside a
+or a model, queues work), needs editor, with one exception DOMAIN.md states: viewers review (and
+adjudicate) in annotation queues that list them, and the review services check the list. Owners
+alone manage API keys. The levels outside a
 project (anonymous, authenticated, staff) are enforced by Django where they apply (login
 redirects, the admin site); the table states them so that the test holds them too.
 """
@@ -55,6 +57,8 @@ READ_WRITE = _rule(VIEWER, EDITOR)
 EDIT = _rule(None, EDITOR)
 EDIT_FORM = _rule(EDITOR, EDITOR, "a form that only creates or edits")
 EXECUTES = "runs the evaluator: code, a template, a webhook or a model"
+REVIEWS = "a reviewer of the queue reviews (viewers included); the service checks the list"
+ADJUDICATES = "an adjudicator of the queue settles an item; the service checks the list"
 
 ACCESS: dict[str, Rule] = {
     # --- outside any project
@@ -122,6 +126,26 @@ ACCESS: dict[str, Rule] = {
     "schema-list": READ,
     "schema-detail": READ_WRITE,
     "schema-progress": READ,
+    # annotation queues: reviewing is open to viewers; the services check that the person is a
+    # reviewer (or adjudicator) of the queue, and a reservation or review is all it writes.
+    "queue-list": READ,
+    "queue-new": EDIT_FORM,
+    "queue-detail": READ,
+    "queue-edit": EDIT_FORM,
+    "queue-items-add": EDIT_FORM,
+    "queue-item-detail": READ,
+    "queue-review": _rule(VIEWER, VIEWER, REVIEWS),
+    "queue-review-item": _rule(VIEWER, VIEWER, REVIEWS),
+    "queue-adjudicate": _rule(VIEWER, VIEWER, ADJUDICATES),
+    "queue-adjudicate-item": _rule(VIEWER, VIEWER, ADJUDICATES),
+    "queue-gold-export": READ,
+    "queue-gold-testset": EDIT,
+    "scenario-queue-add": EDIT,
+    "reliability-refresh": _rule(None, EDITOR, "queues work"),
+    "alignment-new": _rule(EDITOR, EDITOR, "spends model credit"),
+    "alignment-detail": READ,
+    "alignment-accept": EDIT,
+    "alignment-discard": EDIT,
     # --- API
     "api-project": READ,
     "api-key-list": _rule(OWNER, OWNER),
@@ -169,6 +193,22 @@ ACCESS: dict[str, Rule] = {
     "api-online-rule-backfill": _rule(None, EDITOR, "queues evaluations"),
     "api-schema-candidates": READ,
     "api-revision-schema": READ_WRITE,
+    "api-queues": READ_WRITE,
+    "api-queue": READ_WRITE,
+    "api-queue-items": READ_WRITE,
+    "api-queue-next": _rule(None, VIEWER, REVIEWS),
+    "api-queue-item": READ,
+    "api-queue-item-review": _rule(None, VIEWER, REVIEWS),
+    "api-queue-item-adjudicate": _rule(None, VIEWER, ADJUDICATES),
+    "api-queue-agreement": READ,
+    "api-queue-gold": READ,
+    "api-queue-gold-testset": EDIT,
+    "api-reliability": READ,
+    "api-reliability-refresh": _rule(None, EDITOR, "queues work"),
+    "api-alignments": _rule(VIEWER, EDITOR, "POST spends model credit"),
+    "api-alignment": READ,
+    "api-alignment-accept": EDIT,
+    "api-alignment-discard": EDIT,
 }
 
 

@@ -16,8 +16,8 @@ from evalsite.models import Project, Role
 from evalsite.services import membership_set, project_create, user_get_or_create
 from evaluators.models import Evaluator
 from evaluators.services import evaluator_create
-from runs.applications import application_create
 from runs import review
+from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
 from runs.models import AnnotationQueue, Application, Run, Testset
 from runs.testsets import testset_create

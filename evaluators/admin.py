@@ -2,7 +2,13 @@ from django import forms
 from django.contrib import admin
 
 from evalsite.admin import pretty_json
-from evaluators.models import Evaluator, EvaluatorRevision, ModelConnection, Preset
+from evaluators.models import (
+    Evaluator,
+    EvaluatorRevision,
+    ModelConnection,
+    Preset,
+    ReliabilityRecord,
+)
 from evaluators.services import parameters_shown
 
 
@@ -136,3 +142,33 @@ class ModelConnectionAdmin(admin.ModelAdmin):
     @admin.display(boolean=True, description="Failing")
     def failing(self, obj):
         return obj.is_failing
+
+
+@admin.register(ReliabilityRecord)
+class ReliabilityRecordAdmin(admin.ModelAdmin):
+    """Computed from gold labels (runs.review.reliability): inspect, never edit by hand."""
+
+    list_display = [
+        "revision",
+        "gold_evaluator",
+        "output_field",
+        "gold_field",
+        "type",
+        "items",
+        "computed_at",
+    ]
+    list_filter = ["type", "project"]
+    list_select_related = ["revision", "gold_evaluator"]
+    search_fields = ["revision__slug", "gold_evaluator__slug", "output_field", "gold_field"]
+    exclude = ["figures"]
+    readonly_fields = ["figures_pretty"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Figures")
+    def figures_pretty(self, obj):
+        return pretty_json(obj.figures)

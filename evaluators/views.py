@@ -1,4 +1,5 @@
-"""Evaluator pages: list, new (kind, then preset), detail with settings, history, diff, try it."""
+"""Evaluator pages: list, new (kind, then preset), detail with settings, history, diff, try it,
+and how far to trust it (the reliability records the runs app computes against gold labels)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from evaluators.forms import (
 )
 from evaluators.kinds import REGISTRY
 from evaluators.kinds.code import DEFAULT_CODE
-from evaluators.models import Preset
+from evaluators.models import Preset, ReliabilityRecord
 from evaluators.samples import sample_case, sample_from_request
 from evaluators.sandbox import sandbox_status
 from evaluators.services import (
@@ -164,6 +165,18 @@ def evaluator_detail(request, project, ref):
     preset = _preset(project, kind, request.GET.get("preset", ""))
     initial = {**(head.parameters if head else {}), **(preset.parameters if preset else {})}
     settings_form = SettingsForm(kind, initial_parameters=initial)
+    if request.htmx and request.htmx.target == "evaluator-reliability":
+        context = {
+            "project": project,
+            "evaluator": evaluator,
+            "can_edit": request.role in ("editor", "owner"),
+            "fragment": True,
+        }
+        return render(
+            request,
+            "evaluators/detail.html#evaluator-reliability",
+            context | _reliability_context(evaluator),
+        )
     context = _detail_context(request, project, evaluator, kind, settings_form) | {"preset": preset}
     if request.htmx and kind.key == "code":
         return render(request, "evaluators/detail.html#code-settings", context)
@@ -191,7 +204,182 @@ def _detail_context(
     if kind.key == "code":
         context |= _code_context(kind, evaluator.head, examples_form)
         context["presets"] = _presets(project, kind).order_by("name")
-    return context
+    return context | _reliability_context(evaluator)
+
+
+# --- how far to trust it ------------------------------------------------------------------------
+
+FEW_GOLD_ITEMS = 30  # below this, the intervals are wide
+
+# (figure key, label, style, what it means), in the order shown, per record type.
+FIGURES = {
+    "binary": [
+        (
+            "accuracy",
+            "Accuracy",
+            "percent",
+            "Share of gold items on which it gives the gold verdict.",
+        ),
+        ("precision", "Precision", "percent", "Of the items it passes, the share the gold passes."),
+        (
+            "recall",
+            "Recall (sensitivity)",
+            "percent",
+            "Of the items the gold passes, the share it passes.",
+        ),
+        (
+            "specificity",
+            "Specificity",
+            "percent",
+            "Of the items the gold fails, the share it fails.",
+        ),
+        ("f1", "F1", "decimal", "Harmonic mean of precision and recall."),
+        (
+            "kappa",
+            "Cohen's κ",
+            "decimal",
+            "Agreement with the gold beyond chance: 0 is chance, 1 perfect.",
+        ),
+    ],
+    "numeric": [
+        (
+            "pearson",
+            "Pearson r",
+            "decimal",
+            "Linear correlation of its scores with the gold scores.",
+        ),
+        (
+            "spearman",
+            "Spearman ρ",
+            "decimal",
+            "Rank correlation: does it order items as people do?",
+        ),
+        (
+            "mae",
+            "Mean absolute error",
+            "number",
+            "Mean distance from the gold score; meaningful when both use one scale.",
+        ),
+    ],
+    "categorical": [
+        (
+            "accuracy",
+            "Accuracy",
+            "percent",
+            "Share of gold items on which it gives the gold label.",
+        ),
+        (
+            "kappa",
+            "Cohen's κ",
+            "decimal",
+            "Agreement with the gold beyond chance: 0 is chance, 1 perfect.",
+        ),
+    ],
+}
+HEADLINES = {
+    "binary": ("kappa", "f1"),
+    "numeric": ("spearman", "mae"),
+    "categorical": ("kappa", "accuracy"),
+}
+
+
+def _reliability_context(evaluator) -> dict:
+    """The evaluator's records by revision (newest first), and the pairings measured on more
+    than one revision, side by side."""
+    records = (
+        ReliabilityRecord.objects.filter(revision__evaluator=evaluator)
+        .select_related("revision", "gold_evaluator")
+        .order_by("-revision__version", "gold_evaluator__slug", "gold_field", "output_field")
+    )
+    revisions: dict[int, dict] = {}
+    pairings: dict[str, list[dict]] = {}
+    for record in records:
+        shown = _record_shown(record)
+        revisions.setdefault(
+            record.revision_id,
+            {
+                "revision": record.revision,
+                "head": record.revision_id == evaluator.head_id,
+                "records": [],
+            },
+        )["records"].append(shown)
+        pairings.setdefault(shown["pairing"], []).append(shown)
+    return {
+        "reliability": list(revisions.values()),
+        "reliability_head_measured": evaluator.head_id in revisions,
+        "reliability_comparisons": [
+            {"pairing": name, "headers": [f["label"] for f in rows[0]["headline"]], "rows": rows}
+            for name, rows in pairings.items()
+            if len(rows) > 1
+        ],
+        "few_gold_items": FEW_GOLD_ITEMS,
+    }
+
+
+def _record_shown(record: ReliabilityRecord) -> dict:
+    figures = record.figures or {}
+    shown = {
+        key: {"label": label, "help": help_text, **_figure_shown(figures.get(key), style)}
+        for key, label, style, help_text in FIGURES.get(record.type, [])
+    }
+    consistency = figures.get("consistency") or {}
+    return {
+        "record": record,
+        "pairing": f"{record.gold_evaluator.slug}.{record.gold_field} vs {record.output_field}",
+        "type": record.type,
+        "items": record.items,
+        "few": record.items < FEW_GOLD_ITEMS,
+        "figures": list(shown.values()),
+        "headline": [shown[key] for key in HEADLINES.get(record.type, ()) if key in shown],
+        "confusion": _confusion(record.type, figures),
+        "consistency": {
+            "items": consistency["items"],
+            "stable": _figure_shown(consistency.get("stable"), "percent"),
+            "flip_rate": _figure_shown(consistency.get("flip_rate"), "percent"),
+        }
+        if consistency.get("items")
+        else None,
+    }
+
+
+def _confusion(record_type: str, figures: dict) -> dict | None:
+    """Rows gold, columns predicted."""
+    cells = figures.get("confusion")
+    if record_type == "binary" and cells:
+        return {
+            "corner": "",
+            "labels": ["it passes", "it fails"],
+            "rows": [
+                ("gold pass", [cells["tp"], cells["fn"]]),
+                ("gold fail", [cells["fp"], cells["tn"]]),
+            ],
+        }
+    if record_type == "categorical" and cells:
+        labels = [str(label) for label in figures.get("labels") or []]
+        return {
+            "corner": "gold ↓ · it says →",
+            "labels": labels,
+            "rows": list(zip(labels, cells, strict=False)),
+        }
+    return None
+
+
+def _figure_shown(figure: dict | None, style: str) -> dict:
+    """A value and its interval as printed: percentages ("83%", interval "55-95%" with an en
+    dash), decimals ("0.71", interval "0.32, 0.95"), or a dash where the figure is undefined."""
+    value, ci = (figure or {}).get("value"), (figure or {}).get("ci")
+    if value is None:
+        return {"value": "—", "ci": "", "undefined": True}
+    if style == "percent":
+        return {
+            "value": f"{value * 100:.0f}%",
+            "ci": f"{ci[0] * 100:.0f}–{ci[1] * 100:.0f}%" if ci else "",
+        }
+    text = "{:.2f}" if style == "decimal" else "{:.3g}"
+    return {
+        "value": text.format(value),
+        "ci": f"{text.format(ci[0])}, {text.format(ci[1])}" if ci else "",
+    }
 
 
 def _code_context(kind, revision=None, examples_form=None) -> dict:

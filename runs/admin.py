@@ -1,16 +1,20 @@
 from django.contrib import admin, messages
 from django.urls import reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from evalsite.admin import pretty_json
 from evalsite.errors import InvalidInput
 from runs import engine
 from runs.models import (
     Annotation,
+    AnnotationQueue,
     Application,
     InferredSchema,
+    JudgeAlignment,
     OnlineRule,
+    QueueItem,
     Result,
+    Review,
     Run,
     RunMetrics,
     RunStep,
@@ -359,3 +363,110 @@ class RunStepAdmin(ReadOnlyAdmin):
     @admin.display(description="References")
     def references_pretty(self, obj):
         return pretty_json(obj.references)
+
+
+@admin.register(AnnotationQueue)
+class AnnotationQueueAdmin(admin.ModelAdmin):
+    """Name, instructions and archiving may be changed here. Members and settings change
+    through the pages or the API (runs.review.queue_update checks them); the form's revision
+    is fixed, since reviews were answers to it."""
+
+    list_display = [
+        "name",
+        "slug",
+        "project",
+        "evaluator",
+        "reviewers_per_item",
+        "blind",
+        "archived",
+        "updated_at",
+    ]
+    list_filter = ["archived", "blind", "project"]
+    list_select_related = ["project", "evaluator"]
+    search_fields = ["name", "slug"]
+    fields = [
+        "name",
+        "instructions",
+        "archived",
+        "project",
+        "slug",
+        "evaluator",
+        "revision",
+        "reviewers_per_item",
+        "blind",
+        "min_agreement",
+        "reservation_seconds",
+        "reviewers",
+        "adjudicators",
+        "trace_filter",
+        "sampling_rate",
+        "items_link",
+        "agreement_pretty",
+        "agreement_refreshed_at",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = fields[3:]
+
+    def has_add_permission(self, request):
+        return False  # queue_create checks the form and the members: use the pages or the API
+
+    @admin.display(description="Items")
+    def items_link(self, obj):
+        url = reverse("admin:runs_queueitem_changelist") + f"?queue__id__exact={obj.pk}"
+        return format_html('<a href="{}">{} items</a>', url, obj.items.count())
+
+    @admin.display(description="Agreement")
+    def agreement_pretty(self, obj):
+        return pretty_json(obj.agreement)
+
+
+@admin.register(QueueItem)
+class QueueItemAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "queue", "status", "source", "agreement", "settled_by", "updated_at"]
+    list_filter = ["status", "source", "settled_by", "queue"]
+    list_select_related = ["queue"]
+    search_fields = ["queue__slug", "trace__trace_id"]
+
+
+@admin.register(Review)
+class ReviewAdmin(ReadOnlyAdmin):
+    list_display = ["item", "queue", "reviewer", "status", "reserved_until", "submitted_at"]
+    list_filter = ["status"]
+    list_select_related = ["queue", "reviewer", "item"]
+    search_fields = ["queue__slug", "reviewer__username"]
+    exclude = ["outputs"]
+    readonly_fields = ["outputs_pretty"]
+
+    @admin.display(description="Outputs")
+    def outputs_pretty(self, obj):
+        return pretty_json(obj.outputs)
+
+
+@admin.register(JudgeAlignment)
+class JudgeAlignmentAdmin(ReadOnlyAdmin):
+    """Candidates are accepted or discarded on their page, where both records sit side by side."""
+
+    list_display = ["__str__", "project", "queue", "status", "shots", "created_at", "decided_at"]
+    list_filter = ["status", "project"]
+    list_select_related = ["project", "queue", "base"]
+    search_fields = ["queue__slug", "base__slug"]
+    exclude = ["examples", "estimate", "records", "error"]
+    readonly_fields = ["examples_pretty", "estimate_pretty", "records_pretty", "error_pretty"]
+
+    @admin.display(description="Examples")
+    def examples_pretty(self, obj):
+        return pretty_json(obj.examples)
+
+    @admin.display(description="Estimate")
+    def estimate_pretty(self, obj):
+        return pretty_json(obj.estimate)
+
+    @admin.display(description="Records")
+    def records_pretty(self, obj):
+        return pretty_json(obj.records)
+
+    @admin.display(description="Error")
+    def error_pretty(self, obj):
+        return pretty_json(obj.error)

@@ -1,4 +1,4 @@
-from runs.api import compare, online, results, runs, schemas, testsets, traces
+from runs.api import alignment, compare, online, results, review, runs, schemas, testsets, traces
 
 urlpatterns = [
     *compare.urlpatterns,
@@ -8,4 +8,6 @@ urlpatterns = [
     *results.urlpatterns,
     *online.urlpatterns,
     *schemas.urlpatterns,
+    *review.urlpatterns,
+    *alignment.urlpatterns,
 ]

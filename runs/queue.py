@@ -112,6 +112,11 @@ def read_model_refresh_started(run_id: int) -> list[int] | None:
     return sorted(int(m) for m in members)
 
 
+def run_finished(run_id: int) -> None:
+    """Once, when a run ends (after the commit): the features that wait for it."""
+    send("runs.tasks.run_finished", (run_id,))
+
+
 def runs_mappings_refresh(run_ids: list[int]) -> None:
     """Rebuild runs' mappings and metrics (an evaluator revision got its outputs schema)."""
     for run_id in run_ids:

@@ -8,7 +8,8 @@ import logging
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from runs import engine, online
+from runs import engine, online, review
+from runs import queue as work
 from runs.metrics import backfill
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,14 @@ def units_sweep() -> dict[str, int]:
 @shared_task(acks_late=True, **RETRY)
 def run_read_model_refresh(run_id: int) -> None:
     engine.read_model_refresh(run_id=run_id)
+    review.reliability_refresh_for_run(run_id=run_id)
+
+
+@shared_task(acks_late=True, **RETRY)
+def run_finished(run_id: int) -> None:
+    """Sent once when a run ends: an alignment's two records, the records of its evaluators."""
+    review.alignments_refresh_for_run(run_id=run_id)
+    review.reliability_refresh_for_run(run_id=run_id)
 
 
 @shared_task(acks_late=True, **RETRY)
@@ -48,9 +57,24 @@ def run_mappings_and_metrics_refresh(run_id: int) -> None:
 
 @shared_task(acks_late=True, **RETRY)
 def ingest_online_dispatch(project_id: int, trace_ids: list[int]) -> int:
+    review.items_feed(project_id=project_id, trace_ids=trace_ids)
     return online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
 
 
 @shared_task(acks_late=True, **RETRY)
 def ingest_online_evaluate(rule_id: int, trace_ids: list[int]) -> int:
     return online.online_evaluate_ids(rule_id=rule_id, trace_ids=trace_ids)
+
+
+# --- annotation queues and reliability -----------------------------------------------------------
+
+
+@shared_task(acks_late=True, **RETRY)
+def queue_agreement_refresh(queue_id: int) -> None:
+    work.debounce_clear(work.agreement_key(queue_id))
+    review.queue_agreement_refresh_by_id(queue_id=queue_id)
+
+
+@shared_task(acks_late=True, **RETRY)
+def reliability_refresh(project_id: int, trace_ids: list[int]) -> int:
+    return review.reliability_refresh_for_traces(project_id=project_id, trace_ids=trace_ids)

@@ -1,4 +1,15 @@
-from runs.views import compare, online, runs, scenarios, schemas, testsets, traces
+from runs.views import (
+    alignment,
+    compare,
+    online,
+    reliability,
+    review,
+    runs,
+    scenarios,
+    schemas,
+    testsets,
+    traces,
+)
 
 urlpatterns = [
     *compare.urlpatterns,
@@ -8,4 +19,7 @@ urlpatterns = [
     *scenarios.urlpatterns,
     *online.urlpatterns,
     *schemas.urlpatterns,
+    *review.urlpatterns,
+    *reliability.urlpatterns,
+    *alignment.urlpatterns,
 ]

@@ -32,6 +32,7 @@ from evaluators.judge.conf import setting
 from evaluators.judge.connections import address_problem
 from evaluators.judge.context import template_variables
 from evaluators.judge.scripts import script_prompt
+from evaluators.judge.shots import shot_messages, with_shots
 from evaluators.judge.templates import render_all
 from evaluators.judge.traces import TRACE_RECORDERS
 from evaluators.models import ModelConnection
@@ -276,7 +277,9 @@ def build_messages(parameters, inputs: dict, outputs: Any, trace: dict | None) -
             outputs=outputs,
             trace=trace,
             correct_answer_key=parameters.correct_answer_key,
-            parameters=parameters.model_dump(mode="json", exclude={"messages", "script"}),
+            parameters=parameters.model_dump(
+                mode="json", exclude={"messages", "script", "few_shot"}
+            ),
         )
         texts = render_all(
             [m.content for m in parameters.messages], variables, format=parameters.template_format
@@ -287,7 +290,8 @@ def build_messages(parameters, inputs: dict, outputs: Any, trace: dict | None) -
         ]
     if parameters.format_instructions:
         messages = _with_instructions(messages, scores.instructions(parameters))
-    return messages
+    # Examples are data: they join the rendered messages, never the templates.
+    return with_shots(messages, shot_messages(parameters))
 
 
 def _with_instructions(messages: list[dict], instructions: str) -> list[dict]:

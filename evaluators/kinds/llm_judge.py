@@ -2,7 +2,8 @@
 
 The prompt is chat messages whose text is a template (``curly`` by default, or sandboxed
 ``jinja2``; see ``evaluators.judge.templates``), or the output of a script run in the code
-sandbox (``evaluators.judge.scripts``). The model is one of the project's model connections;
+sandbox (``evaluators.judge.scripts``), preceded by any few-shot examples, sent as literal
+messages and never rendered (``evaluators.judge.shots``). The model is one of the project's model connections;
 its answer is forced into the score shape (binary, numeric range, categorical, weighted rubric)
 with JSON-schema structured output, read back with one repair request if it is malformed, and
 turned into outputs (``evaluators.judge.scores``). Rate limits, retries, spend caps and traces
@@ -11,6 +12,7 @@ are handled per batch by ``evaluators.judge.batch``; docs/llm-judge.md is the us
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evaluators.judge import scores
 from evaluators.judge.batch import judge_many
 from evaluators.judge.presets import CORRECTNESS, PRESETS
+from evaluators.judge.shots import expected_problem
 from evaluators.judge.templates import syntax_problems
 from evaluators.kinds.base import GroundTruthParameters, Kind, PresetSpec, register, ui
 
@@ -42,6 +45,32 @@ class Criterion(BaseModel):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_\-]+$")
     description: str = ""
     weight: float = Field(1.0, gt=0)
+
+
+MAX_SHOTS = 20
+MAX_SHOT_CHARS = 200_000
+
+
+class FewShot(BaseModel):
+    """A case already judged, shown to the model with the answer it should get."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    outputs: Any = None
+    expected: Any = Field(
+        ...,
+        description="The answer: true/false (binary), a score (numeric), a label "
+        "(categorical), or {criterion: 0..1} (rubric).",
+    )
+    note: str = Field("", max_length=5_000, description="Why; the answer's reasoning.")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> FewShot:
+        size = len(json.dumps([self.inputs, self.outputs], ensure_ascii=False, default=str))
+        if size > MAX_SHOT_CHARS:
+            raise ValueError(f"an example's inputs and outputs exceed {MAX_SHOT_CHARS} characters")
+        return self
 
 
 class Parameters(GroundTruthParameters):
@@ -71,6 +100,14 @@ class Parameters(GroundTruthParameters):
         description='Chat messages, [{"role": "system"|"user"|"assistant", "content": "..."}]; '
         "each content is a template.",
         json_schema_extra=ui(widget="json"),
+    )
+    few_shot: list[FewShot] = Field(
+        [],
+        max_length=MAX_SHOTS,
+        description='Examples sent before the prompt, as they are (never rendered): [{"inputs": '
+        '{...}, "outputs": ..., "expected": true, "note": "why"}]; expected in the score '
+        "shape: a verdict, a score, a label or {criterion: 0..1}.",
+        json_schema_extra=ui(widget="json", advanced=True),
     )
     score_type: Literal["binary", "numeric", "categorical", "rubric"] = Field(
         "numeric", json_schema_extra=ui(widget="choice")
@@ -145,6 +182,10 @@ class Parameters(GroundTruthParameters):
             names = [c.name for c in self.criteria]
             if not names or len(set(names)) != len(names):
                 raise ValueError("a rubric needs at least one criterion, names unique")
+        for index, shot in enumerate(self.few_shot):
+            problem = expected_problem(shot.expected, self)
+            if problem:
+                raise ValueError(f"few_shot[{index}].expected: {problem}")
         if self.prompt_source == "messages":
             if not self.messages:
                 raise ValueError("give at least one message")

@@ -6,30 +6,72 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evalsite', '0001_initial'),
-        ('evaluators', '0004_seal_webhook_headers'),
+        ("evalsite", "0001_initial"),
+        ("evaluators", "0004_seal_webhook_headers"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReliabilityRecord',
+            name="ReliabilityRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('output_field', models.CharField(help_text="The revision's output key.", max_length=64)),
-                ('gold_field', models.CharField(help_text="The gold label's field.", max_length=64)),
-                ('type', models.CharField(help_text='binary, numeric or categorical', max_length=16)),
-                ('items', models.PositiveIntegerField(default=0, help_text='Gold items it rests on.')),
-                ('figures', models.JSONField(default=dict)),
-                ('computed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('gold_evaluator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evaluators.evaluator')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('revision', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reliability_records', to='evaluators.evaluatorrevision')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "output_field",
+                    models.CharField(help_text="The revision's output key.", max_length=64),
+                ),
+                (
+                    "gold_field",
+                    models.CharField(help_text="The gold label's field.", max_length=64),
+                ),
+                (
+                    "type",
+                    models.CharField(help_text="binary, numeric or categorical", max_length=16),
+                ),
+                (
+                    "items",
+                    models.PositiveIntegerField(default=0, help_text="Gold items it rests on."),
+                ),
+                ("figures", models.JSONField(default=dict)),
+                ("computed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "gold_evaluator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evaluators.evaluator",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "revision",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reliability_records",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['revision', 'gold_field'],
-                'constraints': [models.UniqueConstraint(fields=('revision', 'gold_evaluator', 'output_field', 'gold_field'), name='reliability_unique_pairing')],
+                "ordering": ["revision", "gold_field"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("revision", "gold_evaluator", "output_field", "gold_field"),
+                        name="reliability_unique_pairing",
+                    )
+                ],
             },
         ),
     ]

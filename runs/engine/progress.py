@@ -66,6 +66,7 @@ def run_finish(*, run: Run) -> None:
     ):
         run.status = status
         read_model_refresh(run_id=run.pk)
+        queue.run_finished(run.pk)  # what rests on a finished run: alignments, records
 
 
 def read_model_refresh(*, run_id: int) -> None:

@@ -7,150 +7,490 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evalsite', '0001_initial'),
-        ('evaluators', '0005_reliability_record'),
-        ('runs', '0004_seal_application_headers'),
+        ("evalsite", "0001_initial"),
+        ("evaluators", "0005_reliability_record"),
+        ("runs", "0004_seal_application_headers"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='annotation',
-            name='origin',
-            field=models.CharField(choices=[('auto', 'Auto'), ('human', 'Human'), ('custom', 'Custom'), ('gold', 'Gold')], default='auto', max_length=16),
+            model_name="annotation",
+            name="origin",
+            field=models.CharField(
+                choices=[
+                    ("auto", "Auto"),
+                    ("human", "Human"),
+                    ("custom", "Custom"),
+                    ("gold", "Gold"),
+                ],
+                default="auto",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='AnnotationQueue',
+            name="AnnotationQueue",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=100)),
-                ('name', models.CharField(max_length=200)),
-                ('instructions', models.TextField(blank=True, help_text='Markdown, shown beside the form.')),
-                ('reviewers_per_item', models.PositiveSmallIntegerField(default=2)),
-                ('blind', models.BooleanField(default=True, help_text='Reviewers see neither the other reviews nor the automatic verdicts until they submit.')),
-                ('min_agreement', models.FloatField(default=1.0, help_text='Items whose reviewers agree less than this (share of agreeing pairs, 0..1) go to an adjudicator; 1.0 sends every disagreement.')),
-                ('reservation_seconds', models.PositiveIntegerField(default=900)),
-                ('trace_filter', models.JSONField(blank=True, help_text="Online feed: new traces matching this filter (as an online rule's) join.", null=True)),
-                ('sampling_rate', models.FloatField(default=1.0, help_text='Online feed: share of matches.')),
-                ('agreement', models.JSONField(blank=True, default=dict, help_text='The last computed report.')),
-                ('agreement_refreshed_at', models.DateTimeField(blank=True, null=True)),
-                ('archived', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('adjudicators', models.ManyToManyField(blank=True, related_name='adjudication_queues', to=settings.AUTH_USER_MODEL)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('evaluator', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='annotation_queues', to='evaluators.evaluator')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='annotation_queues', to='evalsite.project')),
-                ('reviewers', models.ManyToManyField(blank=True, related_name='review_queues', to=settings.AUTH_USER_MODEL)),
-                ('revision', models.ForeignKey(help_text="The form's revision: the evaluator's head when the queue was made.", on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluators.evaluatorrevision')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=100)),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "instructions",
+                    models.TextField(blank=True, help_text="Markdown, shown beside the form."),
+                ),
+                ("reviewers_per_item", models.PositiveSmallIntegerField(default=2)),
+                (
+                    "blind",
+                    models.BooleanField(
+                        default=True,
+                        help_text="Reviewers see neither the other reviews nor the automatic verdicts until they submit.",
+                    ),
+                ),
+                (
+                    "min_agreement",
+                    models.FloatField(
+                        default=1.0,
+                        help_text="Items whose reviewers agree less than this (share of agreeing pairs, 0..1) go to an adjudicator; 1.0 sends every disagreement.",
+                    ),
+                ),
+                ("reservation_seconds", models.PositiveIntegerField(default=900)),
+                (
+                    "trace_filter",
+                    models.JSONField(
+                        blank=True,
+                        help_text="Online feed: new traces matching this filter (as an online rule's) join.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "sampling_rate",
+                    models.FloatField(default=1.0, help_text="Online feed: share of matches."),
+                ),
+                (
+                    "agreement",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="The last computed report."
+                    ),
+                ),
+                ("agreement_refreshed_at", models.DateTimeField(blank=True, null=True)),
+                ("archived", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "adjudicators",
+                    models.ManyToManyField(
+                        blank=True, related_name="adjudication_queues", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "evaluator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="annotation_queues",
+                        to="evaluators.evaluator",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="annotation_queues",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "reviewers",
+                    models.ManyToManyField(
+                        blank=True, related_name="review_queues", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "revision",
+                    models.ForeignKey(
+                        help_text="The form's revision: the evaluator's head when the queue was made.",
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='JudgeAlignment',
+            name="JudgeAlignment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gold_field', models.CharField(max_length=64)),
-                ('output_field', models.CharField(max_length=64)),
-                ('shots', models.PositiveSmallIntegerField(default=4)),
-                ('seed', models.PositiveIntegerField(default=0)),
-                ('train', models.JSONField(default=list, help_text='Queue item ids the examples came from.')),
-                ('heldout', models.JSONField(default=list, help_text='Queue item ids both revisions judge.')),
-                ('examples', models.JSONField(default=list, help_text='The few-shot cases in the prompt.')),
-                ('estimate', models.JSONField(default=dict, help_text='{calls, tokens, cost_usd} before running.')),
-                ('max_cost_usd', models.FloatField(blank=True, null=True)),
-                ('records', models.JSONField(default=dict, help_text='{base, candidate}: held-out records.')),
-                ('status', models.CharField(choices=[('running', 'Running'), ('done', 'Done'), ('failed', 'Failed'), ('accepted', 'Accepted'), ('discarded', 'Discarded')], default='running', max_length=16)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('base', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evaluators.evaluatorrevision')),
-                ('candidate', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='evaluators.evaluatorrevision')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alignments', to='runs.annotationqueue')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("gold_field", models.CharField(max_length=64)),
+                ("output_field", models.CharField(max_length=64)),
+                ("shots", models.PositiveSmallIntegerField(default=4)),
+                ("seed", models.PositiveIntegerField(default=0)),
+                (
+                    "train",
+                    models.JSONField(
+                        default=list, help_text="Queue item ids the examples came from."
+                    ),
+                ),
+                (
+                    "heldout",
+                    models.JSONField(
+                        default=list, help_text="Queue item ids both revisions judge."
+                    ),
+                ),
+                (
+                    "examples",
+                    models.JSONField(default=list, help_text="The few-shot cases in the prompt."),
+                ),
+                (
+                    "estimate",
+                    models.JSONField(
+                        default=dict, help_text="{calls, tokens, cost_usd} before running."
+                    ),
+                ),
+                ("max_cost_usd", models.FloatField(blank=True, null=True)),
+                (
+                    "records",
+                    models.JSONField(
+                        default=dict, help_text="{base, candidate}: held-out records."
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                            ("accepted", "Accepted"),
+                            ("discarded", "Discarded"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "base",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
+                (
+                    "candidate",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="evaluators.evaluatorrevision",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="alignments",
+                        to="runs.annotationqueue",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='QueueItem',
+            name="QueueItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('run', "A run's scenarios"), ('rule', 'Online traces'), ('manual', 'Added by hand'), ('api', 'Added through the API')], max_length=16)),
-                ('position', models.PositiveIntegerField(help_text='Reviewers get items in this order.')),
-                ('status', models.CharField(choices=[('open', 'Collecting reviews'), ('adjudication', 'Waiting for an adjudicator'), ('gold', 'Settled')], default='open', max_length=16)),
-                ('agreement', models.FloatField(blank=True, help_text='Share of reviewer pairs that agree, over the fields.', null=True)),
-                ('settled_by', models.CharField(blank=True, choices=[('unanimous', 'Unanimous'), ('majority', 'Majority'), ('adjudicator', 'Adjudicator')], max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('adjudicated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('gold', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.annotation')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='runs.annotationqueue')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
-                ('scenario', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='queue_items', to='runs.scenario')),
-                ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='queue_items', to='runs.trace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("run", "A run's scenarios"),
+                            ("rule", "Online traces"),
+                            ("manual", "Added by hand"),
+                            ("api", "Added through the API"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "position",
+                    models.PositiveIntegerField(help_text="Reviewers get items in this order."),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Collecting reviews"),
+                            ("adjudication", "Waiting for an adjudicator"),
+                            ("gold", "Settled"),
+                        ],
+                        default="open",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "agreement",
+                    models.FloatField(
+                        blank=True,
+                        help_text="Share of reviewer pairs that agree, over the fields.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "settled_by",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("unanimous", "Unanimous"),
+                            ("majority", "Majority"),
+                            ("adjudicator", "Adjudicator"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "adjudicated_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "gold",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.annotation",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="items",
+                        to="runs.annotationqueue",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "scenario",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="queue_items",
+                        to="runs.scenario",
+                    ),
+                ),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="queue_items",
+                        to="runs.trace",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['queue', 'position'],
+                "ordering": ["queue", "position"],
             },
         ),
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('reserved', 'Reserved'), ('submitted', 'Submitted'), ('skipped', 'Skipped')], default='reserved', max_length=16)),
-                ('outputs', models.JSONField(blank=True, null=True)),
-                ('reserved_until', models.DateTimeField(blank=True, null=True)),
-                ('submitted_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='runs.queueitem')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='evalsite.project')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='runs.annotationqueue')),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("reserved", "Reserved"),
+                            ("submitted", "Submitted"),
+                            ("skipped", "Skipped"),
+                        ],
+                        default="reserved",
+                        max_length=16,
+                    ),
+                ),
+                ("outputs", models.JSONField(blank=True, null=True)),
+                ("reserved_until", models.DateTimeField(blank=True, null=True)),
+                ("submitted_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to="runs.queueitem",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="evalsite.project",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to="runs.annotationqueue",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['item', 'submitted_at', 'id'],
+                "ordering": ["item", "submitted_at", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='annotationqueue',
-            constraint=models.UniqueConstraint(fields=('project', 'slug'), name='queue_unique_slug'),
+            model_name="annotationqueue",
+            constraint=models.UniqueConstraint(
+                fields=("project", "slug"), name="queue_unique_slug"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='annotationqueue',
-            constraint=models.CheckConstraint(condition=models.Q(('reviewers_per_item__gte', 1), ('reviewers_per_item__lte', 5)), name='queue_reviewers_1_to_5'),
+            model_name="annotationqueue",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("reviewers_per_item__gte", 1), ("reviewers_per_item__lte", 5)),
+                name="queue_reviewers_1_to_5",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='annotationqueue',
-            constraint=models.CheckConstraint(condition=models.Q(('min_agreement__gte', 0), ('min_agreement__lte', 1)), name='queue_min_agreement_0_to_1'),
+            model_name="annotationqueue",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("min_agreement__gte", 0), ("min_agreement__lte", 1)),
+                name="queue_min_agreement_0_to_1",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueitem',
-            index=models.Index(fields=['queue', 'status', 'position'], name='runs_queuei_queue_i_1a51e9_idx'),
+            model_name="queueitem",
+            index=models.Index(
+                fields=["queue", "status", "position"], name="runs_queuei_queue_i_1a51e9_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queueitem',
-            constraint=models.UniqueConstraint(fields=('queue', 'trace'), name='queue_item_unique_trace'),
+            model_name="queueitem",
+            constraint=models.UniqueConstraint(
+                fields=("queue", "trace"), name="queue_item_unique_trace"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queueitem',
-            constraint=models.UniqueConstraint(fields=('queue', 'position'), name='queue_item_unique_position'),
+            model_name="queueitem",
+            constraint=models.UniqueConstraint(
+                fields=("queue", "position"), name="queue_item_unique_position"
+            ),
         ),
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(fields=['queue', 'reviewer', 'status'], name='runs_review_queue_i_142a70_idx'),
+            model_name="review",
+            index=models.Index(
+                fields=["queue", "reviewer", "status"], name="runs_review_queue_i_142a70_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='review',
-            constraint=models.UniqueConstraint(fields=('item', 'reviewer'), name='review_unique_reviewer'),
+            model_name="review",
+            constraint=models.UniqueConstraint(
+                fields=("item", "reviewer"), name="review_unique_reviewer"
+            ),
         ),
     ]

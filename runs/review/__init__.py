@@ -2,6 +2,16 @@
 adjudication into gold labels, reliability records of evaluator revisions against the gold,
 corrected pass rates, and LLM judges aligned from their mistakes (docs/annotation.md)."""
 
+from runs.review.alignment import (
+    Plan,
+    alignment_accept,
+    alignment_create,
+    alignment_discard,
+    alignment_plan,
+    alignment_refresh,
+    alignments_refresh_for_run,
+    held_out_records,
+)
 from runs.review.gold import gold_columns, gold_rows, gold_to_testset
 from runs.review.queues import (
     ITEMS_PER_ADD,
@@ -45,12 +55,20 @@ from runs.review.reviews import (
 __all__ = [
     "ITEMS_PER_ADD",
     "Conflict",
+    "Plan",
     "RunSelection",
+    "alignment_accept",
+    "alignment_create",
+    "alignment_discard",
+    "alignment_plan",
+    "alignment_refresh",
+    "alignments_refresh_for_run",
     "corrected_rates",
     "form_fields",
     "gold_columns",
     "gold_rows",
     "gold_to_testset",
+    "held_out_records",
     "item_adjudicate",
     "item_agreement",
     "item_next",

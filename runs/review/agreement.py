@@ -226,7 +226,8 @@ def _numbers(matrix: Matrix, level: Level, order: Sequence | None) -> np.ndarray
     else:
         codes = None
     rows = [[np.nan if _missing(v) else _number(v, codes) for v in row] for row in matrix]
-    return np.array(rows, dtype=float).reshape(len(matrix), -1)
+    width = len(matrix[0]) if matrix else 0  # no reviewer yet: a 0 x 0 matrix, not an error
+    return np.array(rows, dtype=float).reshape(len(matrix), width)
 
 
 def _number(value: Hashable, codes: dict | None) -> float:

@@ -10,6 +10,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from evaluators.models import Evaluator, EvaluatorRevision, ReliabilityRecord
+from runs import metrics
 from runs.models import Annotation, Origin, Result, ResultStatus, Run, StepType
 from runs.review import measures
 
@@ -51,8 +52,11 @@ def gold_fields(gold_evaluator: Evaluator) -> list[dict[str, Any]]:
 
 
 def pairings(revision: EvaluatorRevision, gold_evaluator: Evaluator) -> list[tuple[str, dict]]:
-    """(output field, gold field) pairs this revision can be measured on."""
-    properties = ((revision.schemas or {}).get("outputs") or {}).get("properties") or {}
+    """(output field, gold field) pairs this revision can be measured on. The outputs are read
+    with the schema its metrics use: declared, the kind's, or inferred from what it returned
+    (a code evaluator or a webhook declares none)."""
+    schema, _ = metrics.revision_outputs_schema(revision)
+    properties = (schema or {}).get("properties") or {}
     pairs = []
     for field in gold_fields(gold_evaluator):
         record_type = TYPES[field["type"]]
@@ -75,7 +79,8 @@ def _compatible(prop: dict | None, record_type: str) -> bool:
     return "string" in kinds
 
 
-def _usable(value: Any, record_type: str) -> bool:
+def usable(value: Any, record_type: str) -> bool:
+    """Whether a value can be measured as a record of this type (a bool is not a number)."""
     if record_type == "binary":
         return isinstance(value, bool)
     if record_type == "numeric":
@@ -117,7 +122,7 @@ def record_compute(
     pred, truth, used = [], [], []
     for trace_id, outputs in predicted.items():
         p, g = (outputs or {}).get(output_field), gold[trace_id].get(gold_field["name"])
-        if _usable(p, record_type) and _usable(g, record_type):
+        if usable(p, record_type) and usable(g, record_type):
             pred.append(p)
             truth.append(g)
             used.append(trace_id)

@@ -216,8 +216,9 @@ def review_skip(*, item: QueueItem, reviewer) -> Review:
 
 
 def pair_agreement(values: list[Any]) -> float | None:
-    """Share of reviewer pairs that gave the same value (None below two values)."""
-    pairs = list(combinations(values, 2))
+    """Share of reviewer pairs that gave the same value, among the reviewers who answered the
+    field (two blanks of an optional field are not an agreement); None below two answers."""
+    pairs = list(combinations([value for value in values if value is not None], 2))
     return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
 
 

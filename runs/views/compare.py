@@ -13,7 +13,8 @@ from django.urls import path
 
 from evalsite.errors import InvalidInput
 from evalsite.views import project_view
-from runs import compare, exports, selectors
+from runs import compare, exports, review, selectors
+from runs.views.reliability import corrected_for
 
 PAGE_SIZE = 50
 INPUTS_SHOWN = 2
@@ -57,13 +58,15 @@ def run_compare(request, project):
         stats=not fragment,
     )
     page = Paginator(range(report["total"]), PAGE_SIZE).get_page(report["offset"] // PAGE_SIZE + 1)
+    binary = any(stats["type"] == "binary" for stats in report["stats"])
+    rates = {run.pk: review.corrected_rates(run) for run in comparison.runs} if binary else {}
     context |= {
         "comparison": comparison,
         "baseline_id": str(comparison.baseline.pk),
         "metric": metric if comparison.metric(metric) else "",
         "show": show if show in compare.FILTERS else "",
         "filters": compare.FILTERS,
-        "cards": [_card(comparison, stats) for stats in report["stats"]],
+        "cards": [_card(comparison, stats, rates) for stats in report["stats"]],
         "header": _header(comparison, report["metrics"]),
         "rows": [_display_row(comparison, row, report["metrics"]) for row in report["rows"]],
         "total": report["total"],
@@ -142,8 +145,9 @@ def _run_label(run) -> str:
     return f"#{run.pk} {run.name}"
 
 
-def _card(comparison: compare.Comparison, stats: dict) -> dict:
+def _card(comparison: compare.Comparison, stats: dict, rates: dict) -> dict:
     binary = stats["type"] == "binary"
+    metric = comparison.metric(stats["metric"])
     base_value = stats["runs"][0]["value"]
     tests = {t["run"]: t for t in stats["tests"]}
     lines = []
@@ -167,6 +171,9 @@ def _card(comparison: compare.Comparison, stats: dict) -> dict:
                 "delta": _signed(delta, percent=binary) if delta is not None else "",
                 "delta_class": _delta_class(delta, stats["higher_is_better"]),
                 "test": test and _test_display(test, binary),
+                "corrected": corrected_for(rates.get(run.pk, {}), metric.steps[run.pk], metric.key)
+                if binary
+                else [],
             }
         )
     chart = {
@@ -175,7 +182,12 @@ def _card(comparison: compare.Comparison, stats: dict) -> dict:
         "data": [s["value"] for s in stats["runs"]],
         "format": "percent" if binary else "number",
     }
-    return {"stats": stats, "lines": lines, "chart": json.dumps(chart)}
+    return {
+        "stats": stats,
+        "lines": lines,
+        "chart": json.dumps(chart),
+        "corrected": any(line["corrected"] for line in lines),
+    }
 
 
 def _test_display(test: dict, binary: bool) -> dict:

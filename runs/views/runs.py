@@ -17,9 +17,10 @@ from evalsite.errors import InvalidInput
 from evalsite.templatetags.evalsite_tags import cell_value
 from evalsite.views import project_view
 from evaluators.models import Evaluator
-from runs import engine, metrics, selectors
+from runs import engine, metrics, review, selectors
 from runs.applications import application_create
 from runs.models import Application, Run, RunMetrics, RunStatus, Testset
+from runs.views.reliability import corrected_for
 
 # --- list -------------------------------------------------------------------------------------
 
@@ -145,8 +146,9 @@ def _run_or_404(project, run_id) -> Run:
     return run
 
 
-def _cards(run: Run, data: dict) -> list[dict]:
-    """One card per evaluator metric, drawn from the stored statistics."""
+def _cards(run: Run, data: dict, rates: dict) -> list[dict]:
+    """One card per evaluator metric, drawn from the stored statistics; a pass rate also
+    carries its rate corrected for the evaluator's measured errors (``review.corrected_rates``)."""
     cards = []
     for mapping in run.mappings:
         if mapping["column"]["kind"] != "annotation":
@@ -155,7 +157,14 @@ def _cards(run: Run, data: dict) -> list[dict]:
         stats = data.get(mapping["step"]["key"], {}).get(key)
         if stats:
             cards.append(
-                {"name": mapping["column"]["name"], "stats": stats, "chart": _chart(stats)}
+                {
+                    "name": mapping["column"]["name"],
+                    "stats": stats,
+                    "chart": _chart(stats),
+                    "corrected": corrected_for(rates, mapping["step"]["key"], key)
+                    if stats.get("type") == "binary"
+                    else [],
+                }
             )
     return cards
 
@@ -260,7 +269,7 @@ def run_detail(request, project, run_id):
     row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
     data = row.data if row else {}
     context |= {
-        "cards": _cards(run, data),
+        "cards": _cards(run, data, review.corrected_rates(run)),
         "invocation": next((v for k, v in data.items() if k.startswith("application-")), {}),
         "evaluators": Evaluator.objects.for_project(project)
         .active()

@@ -1,5 +1,5 @@
 """The scenario drill-in: inputs and ground truth, outputs, the trace, every evaluator's
-judgement, and the human annotation form."""
+judgement, the human annotation form, and the reviews its trace got in annotation queues."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.db.models import Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
@@ -16,10 +17,20 @@ from evalsite.errors import InvalidInput
 from evalsite.jsonpaths import dig
 from evalsite.views import project_view
 from evaluators.models import Evaluator
-from runs import metrics, selectors
+from runs import metrics, review, selectors
 from runs.engine import PEOPLE_KINDS, scenario_annotate
 from runs.forms import AnnotationForm
-from runs.models import Result, Run, Scenario
+from runs.models import (
+    AnnotationQueue,
+    ItemSource,
+    ItemStatus,
+    QueueItem,
+    Result,
+    Review,
+    ReviewStatus,
+    Run,
+    Scenario,
+)
 from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
 
 
@@ -83,6 +94,35 @@ def _panel(run: Run, scenario: Scenario) -> list[dict]:
     return panel
 
 
+def _reviews(request, run: Run, scenario: Scenario) -> list[dict]:
+    """The queue items holding the scenario's trace (its output trace at repeat 0), with their
+    reviews and gold label. A reviewer of a blind queue sees them once they have reviewed the
+    item themselves (or once it has left review)."""
+    traces = review.scenario_traces(run, Scenario.objects.filter(pk=scenario.pk))
+    if scenario.index not in traces:
+        return []
+    submitted = Review.objects.filter(status=ReviewStatus.SUBMITTED).select_related("reviewer")
+    items = (
+        QueueItem.objects.filter(trace_id=traces[scenario.index][0], project_id=run.project_id)
+        .select_related("queue", "gold", "adjudicated_by")
+        .prefetch_related(Prefetch("reviews", queryset=submitted, to_attr="submitted"))
+        .order_by("queue__name", "pk")
+    )
+    return [{"item": item, "hidden": _blind_to(request, item)} for item in items]
+
+
+def _blind_to(request, item: QueueItem) -> bool:
+    queue = item.queue
+    if (
+        not queue.blind
+        or item.status != ItemStatus.OPEN
+        or not review.may_review(queue, request.user)
+    ):
+        return False
+    adjudicator = review.may_adjudicate(queue, request.user, request.role)
+    return not review.sees_others(item, request.user, adjudicator=adjudicator)
+
+
 @project_view()
 def scenario_detail(request, project, run_id, index):
     run, scenario = _run_and_scenario(project, run_id, index)
@@ -117,6 +157,9 @@ def scenario_detail(request, project, run_id, index):
         ],
         "can_edit": request.role in ("editor", "owner") and not run.closed,
         "playground": _playground_url(project, run, scenario, outputs, trace),
+        "reviews": _reviews(request, run, scenario),
+        "can_queue": request.role in ("editor", "owner"),
+        "queues": AnnotationQueue.objects.for_project(project).filter(archived=False),
     }
     return render(request, "runs/scenario.html", context)
 
@@ -169,11 +212,45 @@ def scenario_annotate_view(request, project, run_id, index):
     return redirect(url)
 
 
+@require_POST
+@project_view()
+def scenario_queue_add(request, project, run_id, index):
+    """The drill-in's "Send to a queue": the scenario's output trace joins a queue."""
+    run, scenario = _run_and_scenario(project, run_id, index)
+    url = reverse("scenario-detail", args=[project.slug, run.pk, scenario.index])
+    ref = request.POST.get("queue", "")
+    queue = (
+        AnnotationQueue.objects.for_project(project).filter(pk=int(ref), archived=False).first()
+        if ref.isdecimal()
+        else None
+    )
+    if queue is None:
+        messages.error(request, "Choose an annotation queue of this project.")
+        return redirect(url)
+    try:
+        added = review.items_add_scenarios(
+            queue=queue, run=run, indexes=[scenario.index], source=ItemSource.MANUAL
+        )
+    except InvalidInput as exc:
+        messages.error(request, "; ".join(reasons[0] for reasons in exc.fields.values()))
+    else:
+        if added:
+            messages.success(request, f"Scenario {scenario.index} sent to {queue.name}.")
+        else:
+            messages.info(request, f"Scenario {scenario.index} is in {queue.name} already.")
+    return redirect(url)
+
+
 urlpatterns = [
     path("runs/<int:run_id>/scenarios/<int:index>/", scenario_detail, name="scenario-detail"),
     path(
         "runs/<int:run_id>/scenarios/<int:index>/annotate",
         scenario_annotate_view,
         name="scenario-annotate",
+    ),
+    path(
+        "runs/<int:run_id>/scenarios/<int:index>/queue",
+        scenario_queue_add,
+        name="scenario-queue-add",
     ),
 ]

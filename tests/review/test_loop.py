@@ -13,12 +13,12 @@ import pytest
 
 from evalsite.models import Role
 from evalsite.services import membership_set, user_get_or_create
-from evaluators.models import ReliabilityRecord
+from evaluators.models import Evaluator, ReliabilityRecord
 from evaluators.services import evaluator_create
 from runs import review
 from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
-from runs.models import Annotation, ItemStatus, Origin, QueueItem, SettledBy
+from runs.models import AlignmentStatus, Annotation, ItemStatus, Origin, QueueItem, SettledBy
 from tests.runs.factories import make_testset
 
 N = 30
@@ -33,10 +33,12 @@ def _eager(celery_eager):
 
 
 def _judge_answer(request):
-    """The model: right about every answer except JUDGE_WRONG's (from the prompt's "answer i")."""
-    prompt = request.json()["messages"][-1]["content"]
-    i = int(re.search(r"answer (\d+)", prompt).group(1))
-    verdict = TRUTH[i] if i not in JUDGE_WRONG else not TRUTH[i]
+    """The model: right about every answer except JUDGE_WRONG's (from the prompt's "answer i"),
+    unless the prompt carries corrected examples (assistant turns): then it is always right."""
+    messages = request.json()["messages"]
+    i = int(re.search(r"answer (\d+)", messages[-1]["content"]).group(1))
+    taught = any(message["role"] == "assistant" for message in messages)
+    verdict = TRUTH[i] if taught or i not in JUDGE_WRONG else not TRUTH[i]
     return {"reasoning": "checked", "verdict": verdict}
 
 
@@ -85,9 +87,7 @@ def _answer(reviewer_index: int, scenario_index: int) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)  # commits happen: the refresh tasks run on them
-def test_it_turns_reviews_into_gold_and_measures_the_judge_against_it(
-    project, judged_run, people
-):
+def test_it_turns_reviews_into_gold_and_measures_the_judge_against_it(project, judged_run, people):
     run, judge = judged_run
     reviewers, adjudicator = people
     human = evaluator_create(
@@ -118,7 +118,9 @@ def test_it_turns_reviews_into_gold_and_measures_the_judge_against_it(
         while (item := review.item_next(queue=queue, reviewer=reviewer)) is not None:
             others = item.reviews.filter(status="submitted").exists()
             assert review.sees_others(item, reviewer) is False
-            review.review_submit(item=item, reviewer=reviewer, outputs=_answer(r, index_of[item.pk]))
+            review.review_submit(
+                item=item, reviewer=reviewer, outputs=_answer(r, index_of[item.pk])
+            )
             assert review.sees_others(item, reviewer) is True
             assert others or r == 0 or item.reviews.count() >= 1
 
@@ -180,3 +182,23 @@ def test_it_turns_reviews_into_gold_and_measures_the_judge_against_it(
     assert (corrected["passed"], corrected["n"], corrected["gold_items"]) == (tp + fp, N, N)
     assert corrected["value"] == pytest.approx((p + sp - 1) / (se + sp - 1), abs=1e-9)
     assert corrected["ci"][0] <= corrected["value"] <= corrected["ci"][1]
+
+    # Align the judge from its mistakes: examples from train items only, both revisions
+    # measured on the same held-out gold items, the candidate adopted only when accepted.
+    plan = review.alignment_plan(base=judge, queue=queue, shots=2, seed=1)
+    assert plan.estimate["calls"] == 2 * len(plan.heldout)
+    assert not set(plan.heldout) & {example["item"] for example in plan.examples}
+    alignment = review.alignment_create(
+        base=judge, queue=queue, shots=2, seed=1, max_cost_usd=1.0, author=adjudicator
+    )
+    alignment.refresh_from_db()
+    assert alignment.status == AlignmentStatus.DONE, alignment.error
+    records = alignment.records
+    assert records["items"] == len(alignment.heldout) == N // 2
+    held = [index_of[pk] for pk in alignment.heldout]
+    wrong_held = sum(1 for i in held if i in JUDGE_WRONG)
+    assert records["base"]["accuracy"]["value"] == pytest.approx(1 - wrong_held / len(held))
+    assert records["candidate"]["accuracy"]["value"] == 1.0
+    assert Evaluator.objects.get(pk=judge.evaluator_id).head_id == judge.pk
+    review.alignment_accept(alignment=alignment, author=adjudicator)
+    assert Evaluator.objects.get(pk=judge.evaluator_id).head_id == alignment.candidate_id

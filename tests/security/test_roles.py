@@ -30,9 +30,11 @@ from rest_framework.test import APIClient
 
 from evalsite.access import (
     ACCESS,
+    ADJUDICATES,
     ANONYMOUS,
     AUTHENTICATED,
     PROJECT_ROLES,
+    REVIEWS,
     STAFF,
     rule_for,
 )
@@ -40,9 +42,10 @@ from evalsite.models import ROLE_RANK, Role
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 from evaluators.judge.connections import model_connection_create
 from evaluators.services import evaluator_create, evaluator_revise
+from runs import review
 from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
-from runs.models import Trace
+from runs.models import JudgeAlignment, Trace
 from runs.online import online_rule_create
 from tests.runs.factories import CAPITALS, make_testset
 
@@ -178,6 +181,10 @@ def _build() -> dict[str, Any]:
         project=project, name=f"Rule {MARK}", revision=exact.head, filter={"name": "x"}
     )
     trace = Trace.objects.filter(project=project).order_by("id").first()
+    queue, items = _queue(project, runs[0], owner, editor, viewer)
+    alignment = JudgeAlignment.objects.create(  # finished: accept and discard get through
+        project=project, base=exact.head, candidate=exact.head, queue=queue, status="done"
+    )
     sessions = {}
     for who, user in (("owner", owner), ("editor", editor), ("viewer", viewer)):
         sessions[who] = _session_of(user)
@@ -198,7 +205,32 @@ def _build() -> dict[str, Any]:
         "conn": conn,
         "rule": rule,
         "trace": trace,
+        "queue": queue,
+        "items": items,
+        "alignment": alignment,
     }
+
+
+def _queue(project, run, owner, editor, viewer):
+    """An annotation queue everyone reviews and adjudicates: item 0 open, item 1 waiting for
+    an adjudicator (the owner and the editor disagreed)."""
+    form = evaluator_create(
+        project=project,
+        kind="human",
+        name=f"Review {MARK}",
+        parameters={"fields": [{"name": "correct", "type": "boolean"}]},
+    )
+    queue = review.queue_create(
+        project=project,
+        name=f"Queue {MARK}",
+        evaluator=form,
+        adjudicators=[owner.username, editor.username, viewer.username],
+    )
+    review.items_add_from_run(queue=queue, run=run)
+    items = list(queue.items.order_by("position"))
+    review.review_submit(item=items[1], reviewer=owner, outputs={"correct": True})
+    review.review_submit(item=items[1], reviewer=editor, outputs={"correct": False})
+    return queue, {"open": items[0], "adjudication": items[1]}
 
 
 def _session_of(user) -> str:
@@ -234,6 +266,10 @@ def _kwargs(endpoint: Endpoint, w) -> dict[str, Any]:
         "id": w["users"]["owner"].pk,
         "content_type_id": 1,
         "url": "nothing-here/",
+        "queue_ref": w["queue"].slug,
+        "item_id": w["items"]["adjudication" if "adjudicate" in name else "open"].pk,
+        "alignment_id": w["alignment"].pk,
+        "evaluator_ref": w["exact"].slug,
     }
     return {group: values[group] for group in endpoint.groups}
 
@@ -313,6 +349,23 @@ def _page_bodies(w) -> dict[str, Any]:
         "online-rule-backfill": {"since": "2020-01-01T00:00"},
         "online-rule-delete": {},
         "schema-detail": {"schema": json.dumps(exact.head.outputs_schema or {"type": "object"})},
+        "queue-new": {
+            "name": "Made",
+            "evaluator": w["queue"].evaluator_id,
+            "reviewers_per_item": "2",
+            "min_agreement": "1",
+            "reservation_minutes": "15",
+        },
+        "queue-edit": {
+            "name": "Renamed",
+            "reviewers_per_item": "2",
+            "min_agreement": "1",
+            "reservation_minutes": "15",
+        },
+        "queue-items-add": {"run": w["runs"][1].pk, "select": "all"},
+        "queue-review-item": {"action": "skip"},
+        "queue-adjudicate-item": {"f-correct": "true"},
+        "queue-gold-testset": {"testset": w["testset"].pk, "prefix": "gold_"},
     }
 
 
@@ -386,6 +439,12 @@ def _api_bodies(w) -> dict[tuple[str, str], Any]:
         ("api-otlp-traces", "post"): {},
         ("api-run-results", "post"): {"results": []},
         ("api-online-rule-resume", "post"): {},
+        ("api-queues", "post"): {"name": "Made", "evaluator": str(w["queue"].evaluator.pk)},
+        ("api-queue-items", "post"): {"trace_ids": [w["trace"].trace_id]},
+        ("api-queue-item-review", "post"): {"outputs": {"correct": True}},
+        ("api-queue-item-adjudicate", "post"): {"outputs": {"correct": True}},
+        ("api-queue-gold-testset", "post"): {"testset": w["testset"].slug},
+        ("api-reliability-refresh", "post"): {},
     }
 
 
@@ -395,7 +454,12 @@ def _is_valid(endpoint: Endpoint, method: str) -> bool:
 
 
 # Writes whose body cannot get through in this world (what they act on is missing or final).
-NOT_VALID = {("api-run-scenarios", "post")}  # the run has ended: only a logged run takes them
+NOT_VALID = {
+    ("api-run-scenarios", "post"),  # the run has ended: only a logged run takes them
+    ("alignment-new", "post"),  # aligning needs gold items a judge got wrong: none here
+    ("api-alignments", "post"),
+    ("api-queue-gold-testset", "post"),  # no item is settled: no gold label to write
+}
 
 
 def _body(endpoint: Endpoint, method: str, w):
@@ -623,7 +687,11 @@ def test_what_executes_needs_an_editor(name, method):
 
 
 def test_a_viewer_never_writes():
+    """Except reviewing (DOMAIN.md, Roles): viewers review the queue items assigned to them,
+    and the services check that they are a reviewer (or adjudicator) of that queue."""
     for name, rule in ACCESS.items():
+        if rule.note in (REVIEWS, ADJUDICATES):
+            continue
         for method in ("POST", "PUT", "PATCH", "DELETE"):
             assert rule.needed(method) != Role.VIEWER, name
 
