@@ -643,3 +643,16 @@ def test_the_api_names_an_unknown_queue(api, judge, queue):
     body = {"revision": judge.head_id, "queue": "nope", "dry_run": True}
     response = api.post("/api/v1/alignments", body, format="json")
     assert response.status_code == 400 and "queue" in response.json()["error"]["fields"]
+
+
+def test_the_judges_page_offers_editors_to_align_it_from_its_record(
+    client, editor, viewer, judge, queue
+):
+    review.reliability_refresh(revision=judge.head)
+    page = f"/p/acme/evaluators/{judge.slug}/"
+    link = f"/p/acme/alignments/new?revision={judge.head.pk}"
+    client.force_login(editor)
+    assert link in client.get(page).content.decode()
+    client.force_login(viewer)
+    shown = client.get(page).content.decode()
+    assert "How far to trust this evaluator" in shown and link not in shown
