@@ -251,6 +251,15 @@ def _majority(field: dict, values: list[Any]) -> tuple[bool, Any]:
     return True, ranked[0][0]
 
 
+def majority(field: dict, values: list[Any]) -> Any:
+    """The answer most reviewers gave a label field (None on a tie, or for free text): what
+    settles an item by majority, and what the adjudication form starts from."""
+    if field["type"] == "string":
+        return None
+    settled, value = _majority(field, values)
+    return value if settled else None
+
+
 def _gold_values(queue: AnnotationQueue, answers: list[dict]) -> dict | None:
     """The settled answer, or None when a label field has no majority."""
     gold: dict[str, Any] = {}

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-from collections import Counter
-from statistics import median, median_low
 from typing import Any
 
 from django.contrib import messages
@@ -444,18 +442,6 @@ def queue_review_item(request, project, queue_ref, item_id):
 # --- adjudicating -------------------------------------------------------------------------------
 
 
-def _majority(field: dict, values: list[Any]) -> Any:
-    """The prefilled answer: the most frequent choice (none on a tie: that is the adjudicator's
-    call), the median of numbers."""
-    given = [value for value in values if value is not None]
-    if not given or field["type"] == "string":
-        return None
-    if field["type"] in ("integer", "number"):
-        return median_low(given) if field["type"] == "integer" else median(given)
-    ranked = Counter(given).most_common(2)
-    return None if len(ranked) > 1 and ranked[0][1] == ranked[1][1] else ranked[0][0]
-
-
 def _adjudicate_context(request, project, queue, item, form=None) -> dict[str, Any]:
     context: dict[str, Any] = {
         "project": project,
@@ -469,7 +455,9 @@ def _adjudicate_context(request, project, queue, item, form=None) -> dict[str, A
     reviews = _submitted(item)
     fields = review.form_fields(queue)
     majority = {
-        field["name"]: _majority(field, [(r.outputs or {}).get(field["name"]) for r in reviews])
+        field["name"]: review.majority(
+            field, [(r.outputs or {}).get(field["name"]) for r in reviews]
+        )
         for field in fields
     }
     context.update(
