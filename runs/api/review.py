@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-from itertools import islice
 
 from django.http import Http404
 from django.urls import path
@@ -54,7 +53,6 @@ from runs.models import (
 QUEUE_TAGS = ["annotation queues"]
 RELIABILITY_TAGS = ["reliability"]
 MAX_FRESH_REVIEWS = 2_000  # ?fresh=true computes agreement in the request up to this many
-MAX_REFRESH_ANNOTATIONS = 5_000  # reliability refresh in the request up to this many verdicts
 MAX_ID = 2**63 - 1
 GOLD_PAGE, GOLD_PAGE_MAX = 100, 1_000
 AUTO_SHOWN = 50  # automatic verdicts shown beside an item
@@ -933,7 +931,7 @@ def queue_gold(request, queue_ref):
         queue=queue, status=ItemStatus.GOLD, gold__isnull=False
     ).count()
     url = request.build_absolute_uri()
-    rows = list(islice(review.gold_rows(queue), offset, offset + limit))
+    rows = list(review.gold_rows(queue, offset=offset, limit=limit))
     return Response(
         {
             "columns": review.gold_columns(queue),
@@ -1077,18 +1075,13 @@ def reliability_refresh(request, evaluator_ref):
     body = ReliabilityRefreshSerializer(data=request.data)
     body.is_valid(raise_exception=True)
     revision = _revision_or_400(evaluator, body.validated_data.get("revision"))
-    gold_traces = Annotation.objects.filter(
-        project=request.project, origin=Origin.GOLD, trace__isnull=False
-    ).values("trace_id")
-    verdicts = Annotation.objects.filter(
-        revision=revision, origin=Origin.AUTO, trace_id__in=gold_traces
-    ).count()
-    if verdicts > MAX_REFRESH_ANNOTATIONS:
+    verdicts = review.gold_verdicts(revision).count()
+    if verdicts > review.INLINE_VERDICTS:
         raise InvalidInput(
             {
                 "revision": [
                     f"{revision.slug} has {verdicts} verdicts on gold-labelled traces: too many "
-                    f"to compute in a request (at most {MAX_REFRESH_ANNOTATIONS}). Its records "
+                    f"to compute in a request (at most {review.INLINE_VERDICTS}). Its records "
                     "refresh in the background when gold labels change or runs finish."
                 ]
             }

@@ -28,7 +28,9 @@ from runs.review.queues import (
     scenario_traces,
 )
 from runs.review.reliability import (
+    INLINE_VERDICTS,
     corrected_rates,
+    gold_verdicts,
     pairings,
     records_for,
     reliability_refresh,
@@ -54,6 +56,7 @@ from runs.review.reviews import (
 )
 
 __all__ = [
+    "INLINE_VERDICTS",
     "ITEMS_PER_ADD",
     "Conflict",
     "Plan",
@@ -69,6 +72,7 @@ __all__ = [
     "gold_columns",
     "gold_rows",
     "gold_to_testset",
+    "gold_verdicts",
     "held_out_records",
     "item_adjudicate",
     "item_agreement",

@@ -14,13 +14,16 @@ from runs.models import AnnotationQueue, ItemStatus, QueueItem, Testcase, Testse
 from runs.review.queues import form_fields
 
 
-def gold_rows(queue: AnnotationQueue) -> Iterator[dict[str, Any]]:
-    """One row per settled item: where it came from, how it was settled, and the label."""
+def gold_rows(
+    queue: AnnotationQueue, offset: int = 0, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """One row per settled item: where it came from, how it was settled, and the label; a
+    page of them from ``offset`` (the database skips the rest)."""
     items = (
         QueueItem.objects.filter(queue=queue, status=ItemStatus.GOLD, gold__isnull=False)
         .select_related("gold", "trace", "scenario", "adjudicated_by")
         .order_by("position")
-    )
+    )[offset : None if limit is None else offset + limit]
     names = [field["name"] for field in form_fields(queue)]
     for item in items.iterator(chunk_size=500):
         outputs = item.gold.outputs or {}
@@ -54,13 +57,13 @@ def gold_to_testset(
     if testset.project_id != queue.project_id:
         raise InvalidInput({"testset": ["No such testset in this project."]})
     head = testset.head
-    by_index: dict[int, dict[str, Any]] = {}
-    for row in gold_rows(queue):
-        if row["testcase"] is None:
-            continue
-        index = _row_index(testset, row["testcase"])
-        if index is not None:
-            by_index[index] = row
+    rows_about = [row for row in gold_rows(queue) if row["testcase"] is not None]
+    index_of = dict(
+        Testcase.objects.filter(
+            pk__in=[row["testcase"] for row in rows_about], version__testset=testset
+        ).values_list("pk", "index")
+    )
+    by_index = {index_of[row["testcase"]]: row for row in rows_about if row["testcase"] in index_of}
     if not by_index:
         raise InvalidInput(
             {"testset": [f"No gold label of {queue.slug} is about a row of {testset.slug}."]}
@@ -79,10 +82,3 @@ def gold_to_testset(
         message=f"Gold labels from queue {queue.slug} ({len(by_index)} rows)",
         author=author,
     )
-
-
-def _row_index(testset: Testset, testcase_id: int) -> int | None:
-    found = Testcase.objects.filter(pk=testcase_id, version__testset=testset).values_list(
-        "index", flat=True
-    )
-    return found.first()

@@ -215,6 +215,18 @@ def reliability_refresh_for_run(*, run_id: int) -> int:
     return reliability_refresh_for_traces(project_id=project_id, trace_ids=gold_traces)
 
 
+INLINE_VERDICTS = 5_000  # a request recomputes records over at most this many verdicts
+
+
+def gold_verdicts(revision: EvaluatorRevision):
+    """The revision's automatic verdicts on traces that carry a gold label: what a refresh of
+    its records reads (the pages and the API count them before recomputing in a request)."""
+    gold = Annotation.objects.filter(
+        project_id=revision.project_id, origin=Origin.GOLD, trace__isnull=False
+    ).values("trace_id")
+    return Annotation.objects.filter(revision=revision, origin=Origin.AUTO, trace_id__in=gold)
+
+
 def records_for(revisions) -> dict[int, list[ReliabilityRecord]]:
     """revision id -> its records (for pages and the API)."""
     found: dict[int, list[ReliabilityRecord]] = {}

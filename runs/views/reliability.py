@@ -15,17 +15,6 @@ from evalsite.views import project_view
 from evaluators import selectors as evaluator_selectors
 from runs import queue as work
 from runs import review
-from runs.models import Annotation, Origin
-
-INLINE_LIMIT = 5_000  # verdicts on gold-labelled traces recomputed within the request
-
-
-def _gold_verdicts(revision):
-    """The revision's automatic verdicts on traces that carry a gold label."""
-    gold = Annotation.objects.filter(
-        project_id=revision.project_id, origin=Origin.GOLD, trace__isnull=False
-    ).values("trace_id")
-    return Annotation.objects.filter(revision=revision, origin=Origin.AUTO, trace_id__in=gold)
 
 
 @require_POST
@@ -37,8 +26,8 @@ def reliability_refresh(request, project, ref):
     if evaluator is None or evaluator.head is None:
         raise Http404("No such evaluator.")
     head = evaluator.head
-    verdicts = _gold_verdicts(head)
-    if verdicts.count() > INLINE_LIMIT:
+    verdicts = review.gold_verdicts(head)
+    if verdicts.count() > review.INLINE_VERDICTS:
         traces = sorted(set(verdicts.values_list("trace_id", flat=True)))
         work.reliability_refresh(project.pk, traces)
         messages.info(

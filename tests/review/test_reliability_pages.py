@@ -13,7 +13,6 @@ from runs import review
 from runs.engine import run_add_evaluators, run_create, run_execute_inline
 from runs.models import QueueItem
 from runs.review import measures
-from runs.views import reliability as reliability_views
 from tests.review.test_reliability import build_run, gold_queue, human
 
 HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "evaluator-reliability"}
@@ -164,7 +163,7 @@ def test_it_queues_a_large_recompute(
     editor_client, labelled, monkeypatch, django_capture_on_commit_callbacks
 ):
     _, exact, _ = labelled
-    monkeypatch.setattr(reliability_views, "INLINE_LIMIT", 5)
+    monkeypatch.setattr(review, "INLINE_VERDICTS", 5)
     ReliabilityRecord.objects.filter(revision=exact).delete()
     with django_capture_on_commit_callbacks(execute=True):
         response = editor_client.post(refresh_url(exact))

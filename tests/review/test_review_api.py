@@ -17,6 +17,7 @@ from django.utils import timezone
 from evalsite.models import Role
 from evaluators.models import ReliabilityRecord
 from evaluators.services import evaluator_create, evaluator_revise
+from runs import review
 from runs.annotations import annotation_create
 from runs.api import review as review_api
 from runs.applications import application_create
@@ -576,7 +577,7 @@ def test_a_reliability_refresh_needs_an_editor_and_a_bounded_revision(
     queue = run_queue(api, human_evaluator, capitals_run, reviewers_per_item=1)
     for item in QueueItem.objects.filter(queue=queue):
         submit(api, queue, item.pk, correct=True)
-    monkeypatch.setattr(review_api, "MAX_REFRESH_ANNOTATIONS", 3)
+    monkeypatch.setattr(review, "INLINE_VERDICTS", 3)
     response = api.post("/api/v1/evaluators/exact/reliability/refresh")
     assert response.status_code == 400 and "revision" in response.json()["error"]["fields"]
     assert not ReliabilityRecord.objects.exists()
