@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from evalsite.health import check_all
 from evalsite.models import ApiKey, Project, Role
-from evalsite.services import api_key_create
+from evalsite.services import api_key_create, project_spend_cap_set
 
 
 class ProjectScopedMixin:
@@ -41,16 +41,44 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "slug", "name", "description", "created_at", "role"]
+        fields = ["id", "slug", "name", "description", "max_run_cost_usd", "created_at", "role"]
+
+    max_run_cost_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        coerce_to_string=False,
+        read_only=True,
+        allow_null=True,
+        help_text="Spend cap of one run (USD): runs projected over it are refused up front.",
+    )
 
     def get_role(self, project) -> str:
         return self.context["request"].role
 
 
-@extend_schema(responses={200: ProjectSerializer, **ERROR_RESPONSES}, tags=["projects"])
-@api_view(["GET"])
+class ProjectUpdateSerializer(serializers.Serializer):
+    max_run_cost_usd = serializers.DecimalField(
+        max_digits=12, decimal_places=4, min_value=0, allow_null=True
+    )
+
+
+@extend_schema(
+    methods=["GET"], responses={200: ProjectSerializer, **ERROR_RESPONSES}, tags=["projects"]
+)
+@extend_schema(
+    methods=["PATCH"],
+    request=ProjectUpdateSerializer,
+    responses={200: ProjectSerializer, **ERROR_RESPONSES},
+    tags=["projects"],
+)
+@api_view(["GET", "PATCH"])
 def current_project(request):
-    """The project this key (or session) acts in, with the caller's role."""
+    """The project this key (or session) acts in, with the caller's role. Owners PATCH its
+    spend cap per run."""
+    if request.method == "PATCH":
+        body = ProjectUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        project_spend_cap_set(project=request.project, **body.validated_data)
     return Response(ProjectSerializer(request.project, context={"request": request}).data)
 
 

@@ -37,6 +37,13 @@ class Project(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
+    max_run_cost_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="Spend cap of one run in this project: runs projected over it are refused.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = ProjectQuerySet.as_manager()

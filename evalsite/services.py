@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils.text import slugify
 
+from evalsite.errors import InvalidInput
 from evalsite.models import ApiKey, Membership, Project, Role
 
 
@@ -52,3 +53,12 @@ def user_get_or_create(*, username: str, password: str | None = None):
             user.set_unusable_password()
         user.save()
     return user
+
+
+def project_spend_cap_set(*, project: Project, max_run_cost_usd) -> Project:
+    """The most one run of the project may be projected to spend on judges (None: no cap)."""
+    if max_run_cost_usd is not None and max_run_cost_usd < 0:
+        raise InvalidInput({"max_run_cost_usd": ["must be 0 or more (or empty for no cap)"]})
+    Project.objects.filter(pk=project.pk).update(max_run_cost_usd=max_run_cost_usd)
+    project.max_run_cost_usd = max_run_cost_usd
+    return project

@@ -24,6 +24,7 @@ urlpatterns = [
     path("projects/go", views.project_go, name="project-go"),
     path("p/<slug:slug>/", home.project_home, name="project-home"),
     path("p/<slug:slug>/settings/", views.project_settings, name="project-settings"),
+    path("p/<slug:slug>/settings/spend-cap", views.project_spend_cap, name="project-spend-cap"),
     path(
         "p/<slug:slug>/settings/keys/<int:key_id>/revoke",
         views.api_key_revoke,

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from evalsite.access import project_role_needed
 from evalsite.models import Project, Role, role_allows
-from evalsite.services import api_key_create, project_create
+from evalsite.services import api_key_create, project_create, project_spend_cap_set
 
 
 def project_view(view=None):
@@ -82,6 +82,18 @@ def project_go(request):
     return redirect("project-home", slug=slug) if slug else redirect("project-list")
 
 
+class SpendCapForm(forms.Form):
+    max_run_cost_usd = forms.DecimalField(
+        label="Spend cap per run (USD)",
+        required=False,
+        min_value=0,
+        max_digits=12,
+        decimal_places=4,
+        help_text="A run whose judges are projected to cost more is refused before it starts. "
+        "Empty: no cap.",
+    )
+
+
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.EDITOR)
@@ -101,8 +113,22 @@ def project_settings(request, project):
         "keys": project.api_keys.select_related("created_by"),
         "memberships": project.memberships.select_related("user").order_by("user__username"),
         "can_manage": role_allows(request.role, Role.OWNER),
+        "spend_form": SpendCapForm(initial={"max_run_cost_usd": project.max_run_cost_usd}),
     }
     return render(request, "projects/settings.html", context)
+
+
+@require_POST
+@project_view
+def project_spend_cap(request, project):
+    form = SpendCapForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "; ".join(e for errors in form.errors.values() for e in errors))
+    else:
+        project_spend_cap_set(project=project, **form.cleaned_data)
+        cap = form.cleaned_data["max_run_cost_usd"]
+        messages.success(request, f"Spend cap per run: {'none' if cap is None else f'${cap}'}.")
+    return redirect("project-settings", slug=project.slug)
 
 
 @require_POST

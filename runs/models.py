@@ -4,6 +4,7 @@ annotation queues (items, reviews) and judge alignments."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -255,12 +256,29 @@ class Run(models.Model):
         null=True, blank=True, help_text="Last time a cell finished; the stall sweeper reads it."
     )
     metrics_refreshed_at = models.DateTimeField(null=True, blank=True)
+    tags = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Free-form labels, name -> text: {"branch": "main", "commit": "9f1c2e7", '
+        '"pr": "482"}. Runs are filtered by them (a gate finds its baseline this way).',
+    )
+    max_cost_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="The run's spend cap: a run whose projected cost is over it is refused.",
+    )
 
     objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "-created_at"]), models.Index(fields=["status"])]
+        indexes = [
+            models.Index(fields=["project", "-created_at"]),
+            models.Index(fields=["status"]),
+            GinIndex(fields=["tags"], name="run_tags_gin", opclasses=["jsonb_path_ops"]),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from evalsite.errors import InvalidInput
 from evalsite.jsonpaths import dig
 from evalsite.models import Project
 from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Span
@@ -15,7 +16,16 @@ from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
 OUTPUTS_PREFIX = "attributes.ag.data.outputs"
 
 
-def run_list(*, project: Project, status: str = "", search: str = "") -> QuerySet[Run]:
+def run_list(
+    *,
+    project: Project,
+    status: str = "",
+    search: str = "",
+    tags: dict[str, str] | None = None,
+    testset: str = "",
+) -> QuerySet[Run]:
+    """A project's runs, newest first: by status, text in the name or description, tags (every
+    one given must match: ``{"branch": "main"}``) and testset (id or slug)."""
     runs = Run.objects.for_project(project).select_related(
         "testset_version__testset", "application"
     )
@@ -23,7 +33,23 @@ def run_list(*, project: Project, status: str = "", search: str = "") -> QuerySe
         runs = runs.filter(status=status)
     if search:
         runs = runs.filter(Q(name__icontains=search) | Q(description__icontains=search))
+    if tags:
+        runs = runs.filter(tags__contains=tags)
+    if testset:
+        key = "pk" if str(testset).isdecimal() else "slug"
+        runs = runs.filter(**{f"testset_version__testset__{key}": testset})
     return runs
+
+
+def tag_filters_parse(values: list[str]) -> dict[str, str]:
+    """``["branch:main", "pr:12"]`` (query parameters ``tag=name:value``) -> a tags dict."""
+    tags = {}
+    for value in values:
+        name, sep, text = value.partition(":")
+        if not sep or not name:
+            raise InvalidInput({"tag": [f"{value!r}: write a tag as name:value (branch:main)"]})
+        tags[name] = text
+    return tags
 
 
 def run_list_recent(*, project: Project, limit: int = 8) -> list[Run]:

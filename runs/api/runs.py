@@ -3,9 +3,16 @@ runs/api/results.py serves what a run holds."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.http import Http404
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
@@ -56,8 +63,18 @@ class StepSerializer(serializers.Serializer):
     references = serializers.JSONField()
 
 
+TAGS_HELP = (
+    'Free-form labels, name -> text: {"branch": "main", "commit": "9f1c2e7", "pr": "482"}; '
+    "at most 20, names of letters, digits, _ . - /."
+)
+
+
 class RunSerializer(serializers.ModelSerializer):
     steps = StepSerializer(many=True, read_only=True)
+    tags = serializers.DictField(child=serializers.CharField(), read_only=True, help_text=TAGS_HELP)
+    max_cost_usd = serializers.DecimalField(
+        max_digits=12, decimal_places=4, coerce_to_string=False, read_only=True, allow_null=True
+    )
     testset = serializers.SerializerMethodField()
     application = serializers.SerializerMethodField()
     progress = serializers.FloatField(read_only=True)
@@ -81,6 +98,8 @@ class RunSerializer(serializers.ModelSerializer):
             "done_cells",
             "error_cells",
             "progress",
+            "tags",
+            "max_cost_usd",
             "error",
             "created_at",
             "started_at",
@@ -115,6 +134,68 @@ class RunCreateSerializer(serializers.Serializer):
     )
     repeats = serializers.IntegerField(required=False, default=1, min_value=1, max_value=20)
     start = serializers.BooleanField(required=False, default=True, help_text="Queue it at once.")
+    tags = serializers.JSONField(required=False, default=dict, help_text=TAGS_HELP)
+    max_cost_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        min_value=Decimal("0"),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The run's spend cap (USD): a run projected over it (or over the project's "
+        "cap per run) is refused before anything starts.",
+    )
+    dry_run = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Only estimate: answer the projected cells, calls, tokens and cost with the "
+        "caps beside them, and create nothing.",
+    )
+
+
+class RunUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    tags = serializers.JSONField(required=False, help_text="Replaces the run's tags. " + TAGS_HELP)
+
+
+ESTIMATE_STEP_FIELDS = {
+    "key": serializers.CharField(),
+    "type": serializers.CharField(),
+    "cells": serializers.IntegerField(),
+    "calls": serializers.IntegerField(),
+    "tokens": serializers.JSONField(allow_null=True, help_text="{prompt, completion, total}"),
+    "cost_usd": serializers.FloatField(allow_null=True),
+    "notes": serializers.ListField(child=serializers.CharField()),
+    "judge": serializers.JSONField(
+        required=False,
+        help_text="LLM judges: connection, model, price, prompt_tokens_per_call, "
+        "completion_tokens_per_call, completion_source, max_cost_usd.",
+    ),
+}
+ESTIMATE = inline_serializer(
+    "RunEstimate",
+    {
+        "scenarios": serializers.IntegerField(),
+        "repeats": serializers.IntegerField(),
+        "cells": serializers.IntegerField(),
+        "steps": inline_serializer("RunEstimateStep", ESTIMATE_STEP_FIELDS, many=True),
+        "application_calls": serializers.IntegerField(),
+        "judge_calls": serializers.IntegerField(),
+        "tokens": serializers.JSONField(help_text="{prompt, completion, total}"),
+        "cost_usd": serializers.FloatField(
+            allow_null=True, help_text="Null when a judge's model has no price."
+        ),
+        "caps": serializers.JSONField(help_text="{run, project, judges: {step: cap}} in USD."),
+        "cap_usd": serializers.FloatField(allow_null=True, help_text="The binding cap."),
+        "over_cap": serializers.BooleanField(),
+        "sample_rows": serializers.IntegerField(),
+        "notes": serializers.ListField(child=serializers.CharField()),
+    },
+)
+DRY_RUN = inline_serializer(
+    "RunDryRun", {"dry_run": serializers.BooleanField(), "estimate": ESTIMATE}
+)
 
 
 class RefListSerializer(serializers.Serializer):
@@ -219,12 +300,26 @@ def applications(request):
     methods=["GET"],
     responses={200: RunSerializer(many=True), **ERROR_RESPONSES},
     tags=TAGS,
-    parameters=[OpenApiParameter("status", str), OpenApiParameter("search", str)],
+    parameters=[
+        OpenApiParameter("status", str),
+        OpenApiParameter("search", str, description="Text in the name or description."),
+        OpenApiParameter(
+            "tag",
+            str,
+            many=True,
+            description="name:value, repeatable; every one must match (tag=branch:main).",
+        ),
+        OpenApiParameter("testset", str, description="A testset's id or slug."),
+    ],
 )
 @extend_schema(
     methods=["POST"],
     request=RunCreateSerializer,
-    responses={201: RunSerializer, **ERROR_RESPONSES},
+    responses={
+        201: RunSerializer,
+        200: OpenApiResponse(DRY_RUN, description="dry_run: the estimate; nothing created."),
+        **ERROR_RESPONSES,
+    },
     tags=TAGS,
 )
 @api_view(["GET", "POST"])
@@ -236,6 +331,8 @@ def runs(request):
             project=request.project,
             status=request.query_params.get("status", ""),
             search=request.query_params.get("search", ""),
+            tags=selectors.tag_filters_parse(request.query_params.getlist("tag")),
+            testset=request.query_params.get("testset", ""),
         ).prefetch_related("steps")
         paginator = CursorPagination()
         page = paginator.paginate_queryset(queryset, request)
@@ -247,6 +344,21 @@ def runs(request):
     version = _testset_version(project, data.get("testset"), data.get("testset_version"))
     application = _application(project, data.get("application"))
     revisions = _revisions(project, data["evaluators"])
+    logged = application is None or application.kind == Application.Kind.LOGGED
+    if data["dry_run"]:
+        if logged:
+            raise InvalidInput(
+                {"dry_run": ["A logged run calls nothing on evalsite's side: nothing to estimate."]}
+            )
+        estimate = engine.run_estimate(
+            project=project,
+            testset_version=version,
+            application=application,
+            revisions=revisions,
+            repeats=data["repeats"],
+            max_cost_usd=data["max_cost_usd"],
+        )
+        return Response({"dry_run": True, "estimate": estimate})
     common = {
         "project": project,
         "name": data["name"],
@@ -255,19 +367,40 @@ def runs(request):
         "revisions": revisions,
         "author": request.user,
         "description": data["description"],
+        "tags": data["tags"],
     }
-    if application is None or application.kind == Application.Kind.LOGGED:
+    if logged:
         run = engine.run_create_logged(**common)
     else:
         create = engine.run_submit if data["start"] else engine.run_create
-        run = create(**common, repeats=data["repeats"])
+        run = create(**common, repeats=data["repeats"], max_cost_usd=data["max_cost_usd"])
     return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
-@extend_schema(responses={200: RunSerializer, **ERROR_RESPONSES}, tags=TAGS, parameters=[RUN_ID])
-@api_view(["GET"])
+@extend_schema(
+    methods=["GET"],
+    responses={200: RunSerializer, **ERROR_RESPONSES},
+    tags=TAGS,
+    parameters=[RUN_ID],
+)
+@extend_schema(
+    methods=["PATCH"],
+    request=RunUpdateSerializer,
+    responses={200: RunSerializer, **ERROR_RESPONSES},
+    tags=TAGS,
+    parameters=[RUN_ID],
+)
+@api_view(["GET", "PATCH"])
 def run_detail(request, run_id):
-    return Response(RunSerializer(run_or_404(request, run_id)).data)
+    """A run. PATCH changes its name, description or tags (finished runs too: a pull request's
+    number is often known only later)."""
+    run = run_or_404(request, run_id)
+    if request.method == "PATCH":
+        body = RunUpdateSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        engine.run_update(run=run, **body.validated_data)
+        run = run_or_404(request, run_id)
+    return Response(RunSerializer(run).data)
 
 
 def _action(service):

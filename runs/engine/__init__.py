@@ -9,7 +9,14 @@ from runs.engine.cells import (
     run_counters_add,
     scenario_statuses_update,
 )
-from runs.engine.create import run_create, run_execute_inline, run_start, run_submit
+from runs.engine.create import (
+    run_create,
+    run_execute_inline,
+    run_start,
+    run_submit,
+    run_update,
+)
+from runs.engine.estimate import estimate_check, run_estimate
 from runs.engine.locks import run_check_open, run_locked
 from runs.engine.logged import results_log, run_create_logged, scenarios_add
 from runs.engine.operations import (
@@ -37,6 +44,7 @@ from runs.engine.steps import (
     step_key_for_testset,
     step_lane,
 )
+from runs.engine.tags import tags_validate
 from runs.engine.units import unit_claim, unit_complete, units_plan, units_requeue_cancelled
 
 __all__ = [
@@ -45,6 +53,7 @@ __all__ = [
     "LeaseLost",
     "annotation_step",
     "cells_write",
+    "estimate_check",
     "read_model_refresh",
     "results_log",
     "run_add_evaluators",
@@ -55,6 +64,7 @@ __all__ = [
     "run_create",
     "run_create_logged",
     "run_dispatch",
+    "run_estimate",
     "run_execute_inline",
     "run_final_status",
     "run_finish_if_complete",
@@ -67,6 +77,7 @@ __all__ = [
     "run_slug_name",
     "run_start",
     "run_submit",
+    "run_update",
     "scenario_annotate",
     "scenario_statuses_update",
     "scenarios_add",
@@ -74,6 +85,7 @@ __all__ = [
     "step_key_for_revision",
     "step_key_for_testset",
     "step_lane",
+    "tags_validate",
     "unit_claim",
     "unit_complete",
     "unit_fail",

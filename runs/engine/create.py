@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -10,6 +12,7 @@ from evalsite.models import Project
 from evaluators.models import EvaluatorRevision
 from runs import metrics, queue
 from runs.applications import application_create
+from runs.engine.estimate import estimate_check, run_estimate
 from runs.engine.process import unit_work
 from runs.engine.progress import run_finish_if_complete
 from runs.engine.steps import (
@@ -18,6 +21,7 @@ from runs.engine.steps import (
     scenarios_from_testcases,
     step_key_for_testset,
 )
+from runs.engine.tags import tags_validate
 from runs.engine.units import units_plan
 from runs.models import (
     Application,
@@ -41,10 +45,26 @@ def run_create(
     repeats: int = 1,
     author=None,
     description: str = "",
+    tags: dict[str, str] | None = None,
+    max_cost_usd=None,
 ) -> Run:
-    """Create a batch run with its steps, mappings and one scenario per testcase (not started)."""
+    """Create a batch run with its steps, mappings and one scenario per testcase (not started).
+    With a spend cap (the run's ``max_cost_usd`` or the project's ``max_run_cost_usd``) the run
+    is estimated first and refused, creating nothing, when it is projected over the cap."""
     revisions = list(revisions)
     _check_run_inputs(project, testset_version, application, revisions, repeats)
+    tags = tags_validate(tags)
+    if max_cost_usd is not None or project.max_run_cost_usd is not None:
+        estimate_check(
+            run_estimate(
+                project=project,
+                testset_version=testset_version,
+                application=application,
+                revisions=revisions,
+                repeats=repeats,
+                max_cost_usd=max_cost_usd,
+            )
+        )
     testset = testset_version.testset
     run = Run.objects.create(
         project=project,
@@ -53,6 +73,8 @@ def run_create(
         testset_version=testset_version,
         application=application,
         repeats=repeats,
+        tags=tags,
+        max_cost_usd=max_cost_usd,
         created_by=author if getattr(author, "pk", None) else None,
     )
     steps = [
@@ -78,6 +100,27 @@ def run_create(
     run.total_cells = run.scenario_count * (1 + repeats * (1 + len(revisions)))
     run.mappings = metrics.mappings_build(run)
     run.save(update_fields=["total_cells", "mappings", "scenario_count"])
+    return run
+
+
+def run_update(
+    *, run: Run, name: str | None = None, description: str | None = None, tags: Any = None
+) -> Run:
+    """Rename a run, or replace its description or tags (any run, finished ones too: a pull
+    request's number is often known only after the run)."""
+    fields: dict[str, Any] = {}
+    if name is not None:
+        if not name.strip():
+            raise InvalidInput({"name": ["must not be blank"]})
+        fields["name"] = name.strip()
+    if description is not None:
+        fields["description"] = description
+    if tags is not None:
+        fields["tags"] = tags_validate(tags)
+    if fields:
+        Run.objects.filter(pk=run.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(run, key, value)
     return run
 
 
@@ -131,6 +174,8 @@ def run_submit(
     repeats: int = 1,
     author=None,
     description: str = "",
+    tags: dict[str, str] | None = None,
+    max_cost_usd=None,
 ) -> Run:
     """Create and start a batch run in one transaction: what the page and the API both call.
     ``new_application`` (``{name, kind, config}``) creates the application inside that same
@@ -146,6 +191,8 @@ def run_submit(
         repeats=repeats,
         author=author,
         description=description,
+        tags=tags,
+        max_cost_usd=max_cost_usd,
     )
     return run_start(run=run)
 

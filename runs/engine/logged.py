@@ -21,6 +21,7 @@ from runs.engine.steps import (
     scenarios_from_testcases,
     step_key_for_testset,
 )
+from runs.engine.tags import tags_validate
 from runs.models import (
     Application,
     Channel,
@@ -48,6 +49,7 @@ def run_create_logged(
     revisions: list[EvaluatorRevision] = (),
     author=None,
     description: str = "",
+    tags: dict[str, str] | None = None,
 ) -> Run:
     """A run whose cells the client logs itself (SDK style). It is running at once; scenarios
     come from the testset when one is given, or are added through ``scenarios_add``."""
@@ -58,9 +60,11 @@ def run_create_logged(
         raise InvalidInput({"application": ["Choose an application of this project."]})
     if any(r.project_id != project.pk for r in revisions):
         raise InvalidInput({"evaluators": ["Every evaluator must belong to this project."]})
+    tags = tags_validate(tags)
     now = timezone.now()
     run = Run.objects.create(
         project=project,
+        tags=tags,
         name=name or "Logged run",
         description=description,
         testset_version=testset_version,

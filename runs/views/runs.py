@@ -28,14 +28,22 @@ from runs.views.reliability import corrected_for
 @project_view()
 def run_list(request, project):
     status = request.GET.get("status", "")
+    tag = request.GET.get("tag", "").strip()
+    tag_error = ""
+    try:
+        tags = tags_parse(tag)
+    except InvalidInput as exc:
+        tags, tag_error = {}, next(iter(exc.fields.values()))[0]
     runs = selectors.run_list(
-        project=project, status=status, search=request.GET.get("q", "")
+        project=project, status=status, search=request.GET.get("q", ""), tags=tags
     ).filter(is_online=False)
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     context = {
         "project": project,
         "page": page,
         "status": status,
+        "tag": tag,
+        "tag_error": tag_error,
         "q": request.GET.get("q", ""),
         "statuses": RunStatus.choices,
         "polling": any(run.is_active for run in page),
@@ -78,6 +86,19 @@ class RunForm(forms.Form):
         initial=1,
         help_text="Invoke and evaluate each row this many times.",
     )
+    tags = forms.CharField(
+        max_length=2000,
+        required=False,
+        help_text="Labels to find the run by: branch=main, commit=9f1c2e7, pr=482.",
+    )
+    max_cost_usd = forms.DecimalField(
+        label="Spend cap (USD)",
+        required=False,
+        min_value=0,
+        max_digits=12,
+        decimal_places=4,
+        help_text="Refuse the run up front if its judges are projected to cost more.",
+    )
 
     def __init__(self, project, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -92,11 +113,33 @@ class RunForm(forms.Form):
             Evaluator.objects.for_project(project).active().exclude(kind__in=("human", "feedback"))
         )
 
+    def clean_tags(self):
+        try:
+            return engine.tags_validate(tags_parse(self.cleaned_data["tags"], sep="="))
+        except InvalidInput as exc:
+            raise forms.ValidationError(next(iter(exc.fields.values()))[0])
+
     def clean(self):
         data = super().clean()
         if not data.get("application") and not data.get("outputs_column"):
             self.add_error("outputs_column", "Choose an application or name the outputs column.")
         return data
+
+    def estimate(self) -> dict:
+        """The run's projection, as the API's dry_run answers it (creates nothing: a column
+        application still to be created is stood in for by an unsaved one)."""
+        data, choice = self.cleaned_data, self.application_choice()
+        application = choice.get("application") or Application(
+            project=self.project, **choice["new_application"]
+        )
+        return engine.run_estimate(
+            project=self.project,
+            testset_version=data["testset"].head,
+            application=application,
+            revisions=[e.head for e in data["evaluators"]],
+            repeats=data["repeats"],
+            max_cost_usd=data.get("max_cost_usd"),
+        )
 
     def application_choice(self) -> dict:
         """``application=`` an existing one, or ``new_application=`` a column application that
@@ -125,15 +168,52 @@ def run_new(request, project):
                 revisions=[e.head for e in data["evaluators"]],
                 repeats=data["repeats"],
                 author=request.user,
+                tags=data["tags"],
+                max_cost_usd=data.get("max_cost_usd"),
                 **form.application_choice(),
             )
         except InvalidInput as exc:
-            for field, reasons in exc.fields.items():
-                form.add_error(field if field in form.fields else None, reasons[0])
+            _form_errors(form, exc)
         else:
             messages.success(request, f"Run {run.name} queued.")
             return redirect("run-detail", project.slug, run.pk)
     return render(request, "runs/new.html", {"project": project, "form": form})
+
+
+@project_view()
+@require_POST
+def run_estimate(request, project):
+    """The new-run form's projection (HTMX swaps it in beside the form; without JavaScript the
+    whole page comes back with it): cells per step, calls, tokens, cost and the caps."""
+    form = RunForm(project, request.POST)
+    estimate = None
+    if form.is_valid():
+        try:
+            estimate = form.estimate()
+        except InvalidInput as exc:
+            _form_errors(form, exc)
+    context = {"project": project, "form": form, "estimate": estimate}
+    template = "runs/new.html#estimate" if request.htmx else "runs/new.html"
+    return render(request, template, context)
+
+
+def _form_errors(form, exc: InvalidInput) -> None:
+    for field, reasons in exc.fields.items():
+        form.add_error(field if field in form.fields else None, reasons[0])
+
+
+def tags_parse(text: str, sep: str = ":") -> dict[str, str]:
+    """``branch=main, pr=12`` (the form) or ``branch:main`` (the list's filter) -> a dict."""
+    tags = {}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part:
+            continue
+        name, found, value = part.partition(sep)
+        if not found or not name.strip():
+            example = "branch=main, pr=12" if sep == "=" else "branch:main"
+            raise InvalidInput({"tags": [f"{part!r}: write tags as {example}"]})
+        tags[name.strip()] = value.strip()
+    return tags
 
 
 # --- the run page -------------------------------------------------------------------------------
@@ -382,6 +462,7 @@ def application_list(request, project):
 urlpatterns = [
     path("runs/", run_list, name="run-list"),
     path("runs/new", run_new, name="run-new"),
+    path("runs/new/estimate", run_estimate, name="run-estimate"),
     path("runs/<int:run_id>/", run_detail, name="run-detail"),
     path("runs/<int:run_id>/progress", run_progress, name="run-progress"),
     path("runs/<int:run_id>/cancel", run_cancel, name="run-cancel"),
