@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -157,12 +158,37 @@ class RunStepInline(admin.TabularInline):
         return False
 
 
+class RunAdminForm(forms.ModelForm):
+    class Meta:
+        model = Run
+        fields = [
+            "project",
+            "name",
+            "description",
+            "is_online",
+            "query",
+            "repeats",
+            "closed",
+            "tags",
+            "created_by",
+            "created_at",
+        ]
+
+    def clean_tags(self):
+        try:
+            return engine.tags_validate(self.cleaned_data["tags"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(" ".join(r for rs in exc.fields.values() for r in rs))
+
+
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
+    form = RunAdminForm
     list_display = [
         "name",
         "project",
         "status",
+        "tags_shown",
         "done_cells",
         "total_cells",
         "error_cells",
@@ -173,6 +199,7 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     readonly_fields = [
         "status",
+        "max_cost_usd",
         "testset_version",
         "application",
         "total_cells",
@@ -189,6 +216,10 @@ class RunAdmin(admin.ModelAdmin):
     exclude = ["mappings"]
     inlines = [RunStepInline]
     actions = ["cancel", "retry_failed", "refresh_metrics"]
+
+    @admin.display(description="Tags")
+    def tags_shown(self, obj):
+        return ", ".join(f"{k}: {v}" for k, v in (obj.tags or {}).items())
 
     @admin.display(description="Mappings")
     def mappings_pretty(self, obj):

@@ -203,3 +203,37 @@ def test_run_update_renames_without_touching_tags(project, capitals, column_app,
     run_update(run=run, name="Renamed")
     run.refresh_from_db()
     assert (run.name, run.tags) == ("Renamed", {"branch": "main"})
+
+
+def test_the_admin_refuses_bad_tags(
+    client, django_user_model, project, capitals, column_app, exact
+):
+    run = run_create(
+        project=project,
+        testset_version=capitals,
+        application=column_app,
+        revisions=[exact],
+        tags={"branch": "main"},
+    )
+    root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root-123")
+    client.force_login(root)
+    url = f"/admin/runs/run/{run.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200 and "branch: main" not in page.content.decode()  # a field
+    form = {
+        "project": project.pk,
+        "name": run.name,
+        "description": "",
+        "query": "{}",
+        "repeats": 1,
+        "tags": '{"bad name": "x"}',
+        "created_at_0": "2026-01-01",
+        "created_at_1": "00:00:00",
+        "steps-TOTAL_FORMS": 0,
+        "steps-INITIAL_FORMS": 0,
+    }
+    response = client.post(url, form)
+    assert response.status_code == 200
+    assert "a tag name is 1-64 letters" in response.content.decode()
+    run.refresh_from_db()
+    assert run.tags == {"branch": "main"}
