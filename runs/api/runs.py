@@ -17,7 +17,7 @@ from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from evalsite.api import ERROR_RESPONSES
+from evalsite.api import BUSY_RESPONSES, ERROR_RESPONSES
 from evalsite.errors import InvalidInput
 from evalsite.rest import CursorPagination
 from evaluators import selectors as evaluator_selectors
@@ -319,6 +319,7 @@ def applications(request):
         201: RunSerializer,
         200: OpenApiResponse(DRY_RUN, description="dry_run: the estimate; nothing created."),
         **ERROR_RESPONSES,
+        **BUSY_RESPONSES,
     },
     tags=TAGS,
 )
