@@ -1,10 +1,12 @@
 """Demo content so the first page a newcomer sees is not empty. Idempotent: run it any time.
 
-A capital-cities QA app: a testset whose rows hold two versions of the app's answers, evaluators
+A capital-cities QA app: a testset whose rows hold five versions of the app's answers, evaluators
 of several kinds (built-in checks, a Python code evaluator, human feedback), two finished
-runs to read, drill into, annotate and compare, and an annotation queue over the first run's
-answers: two reviewers' answers, one item adjudicated, one waiting for an adjudicator, two
-waiting for the demo user's review (the second of theirs), gold labels and the reliability records they give.
+runs to read, drill into, annotate and compare, three more tagged ``branch: main`` whose
+test-case history shows a stable, a flaky, a regressed and a fixed case, and an annotation
+queue over the first run's answers: two reviewers' answers, one item adjudicated, one waiting
+for an adjudicator, two waiting for the demo user's review (the second of theirs), gold labels
+and the reliability records they give.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from runs import review
 from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
 from runs.models import AnnotationQueue, Application, Run, Testset
-from runs.testsets import testset_create
+from runs.testsets import testset_create, testset_revise
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "demo"  # noqa: S105 (a local demo login, printed by the run command)
@@ -40,6 +42,35 @@ CAPITALS = [
     ("Kenya", "Nairobi", "nairobi", "Nairobi"),
     ("Peru", "Lima", "Lima, of course.", "Lima"),
 ]
+
+# The answers of versions 3 to 5, run on branch main: their history (filtered by the tag
+# branch:main) shows France stable, Turkey stable failing, Spain flaky, Germany regressed in
+# v5 and Brazil fixed in v5 (v3 and v4 drop its accent).
+LATER = {
+    "Germany": ("Berlin", "Berlin", "Bonn"),
+    "Spain": ("Madrid", "Barcelona", "Madrid"),
+    "Brazil": ("Brasilia", "Brasilia", "Brasília"),
+    "Turkey": ("Istanbul", "Istanbul", "Istanbul"),
+}
+LATER_VERSIONS = (("v3", "9f1c2e7"), ("v4", "a41d7b3"), ("v5", "c0ffee5"))
+
+
+def _capital_rows() -> list[dict]:
+    rows = []
+    for country, capital, v1, v2 in CAPITALS:
+        row = {
+            "country": country,
+            "question": f"What is the capital of {country}?",
+            "correct_answer": capital,
+            "outputs": v1,
+            "outputs_v2": v2,
+        }
+        later = LATER.get(country, (capital,) * len(LATER_VERSIONS))
+        for (version, _), answer in zip(LATER_VERSIONS, later, strict=True):
+            row[f"outputs_{version}"] = answer
+        rows.append(row)
+    return rows
+
 
 DEMO_EVALUATORS: list[dict] = [
     {
@@ -129,23 +160,13 @@ def _demo_runs(project, user) -> None:
 
     testset = Testset.objects.filter(project=project, slug="capitals").first()
     if testset is None:
-        rows = [
-            {
-                "country": c,
-                "question": f"What is the capital of {c}?",
-                "correct_answer": capital,
-                "outputs": v1,
-                "outputs_v2": v2,
-            }
-            for c, capital, v1, v2 in CAPITALS
-        ]
         testset = testset_create(
             project=project,
             name="Capitals",
             slug="capitals",
-            rows=rows,
+            rows=_capital_rows(),
             author=user,
-            description="Capital cities with the answers of two versions of the app.",
+            description="Capital cities with the answers of five versions of the app.",
         )
     revisions = [
         e.head
@@ -154,27 +175,56 @@ def _demo_runs(project, user) -> None:
         )
     ]
     for version, column in (("v1", "outputs"), ("v2", "outputs_v2")):
-        name = f"Capital QA {version}"
-        if Run.objects.filter(project=project, name=name).exists():
-            continue
-        app = Application.objects.filter(
-            project=project, slug=f"capital-qa-{version}"
-        ).first() or application_create(
-            project=project,
-            name=f"Capital QA {version}",
-            slug=f"capital-qa-{version}",
-            kind="column",
-            config={"outputs_column": column},
-        )
-        run = run_create(
-            project=project,
-            name=name,
-            testset_version=testset.head,
-            application=app,
-            revisions=revisions,
+        _demo_run(project, user, testset, version, column, revisions)
+    _demo_history(project, user, testset)
+
+
+def _demo_run(project, user, testset, version, column, revisions, tags=None) -> None:
+    name = f"Capital QA {version}"
+    if Run.objects.filter(project=project, name=name).exists():
+        return
+    app = Application.objects.filter(
+        project=project, slug=f"capital-qa-{version}"
+    ).first() or application_create(
+        project=project,
+        name=f"Capital QA {version}",
+        slug=f"capital-qa-{version}",
+        kind="column",
+        config={"outputs_column": column},
+    )
+    run = run_create(
+        project=project,
+        name=name,
+        testset_version=testset.head,
+        application=app,
+        revisions=revisions,
+        author=user,
+        tags=tags,
+    )
+    run_execute_inline(run=run)
+
+
+def _demo_history(project, user, testset) -> None:
+    """Versions 3 to 5 on branch main, with the cheap evaluators only (no sandbox): the
+    test-case history page's demo. A testset from an earlier demo gets their answers as a new
+    version first."""
+    if "outputs_v3" not in (testset.head.columns if testset.head else []):
+        testset_revise(
+            testset=testset,
+            rows=_capital_rows(),
+            message="Added the answers of versions 3 to 5",
             author=user,
         )
-        run_execute_inline(run=run)
+        testset.refresh_from_db()
+    revisions = [
+        e.head
+        for e in Evaluator.objects.filter(
+            project=project, kind__in=("exact_match", "regex", "similarity")
+        )
+    ]
+    for version, commit in LATER_VERSIONS:
+        tags = {"branch": "main", "commit": commit}
+        _demo_run(project, user, testset, version, f"outputs_{version}", revisions, tags)
 
 
 # A person would call an answer correct when it names the capital, whatever its case or the

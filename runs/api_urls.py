@@ -1,8 +1,20 @@
-from runs.api import alignment, compare, online, results, review, runs, schemas, testsets, traces
+from runs.api import (
+    alignment,
+    compare,
+    history,
+    online,
+    results,
+    review,
+    runs,
+    schemas,
+    testsets,
+    traces,
+)
 
 urlpatterns = [
     *compare.urlpatterns,
     *testsets.urlpatterns,
+    *history.urlpatterns,
     *traces.urlpatterns,
     *runs.urlpatterns,
     *results.urlpatterns,

@@ -1,6 +1,7 @@
 from runs.views import (
     alignment,
     compare,
+    history,
     online,
     reliability,
     review,
@@ -14,6 +15,7 @@ from runs.views import (
 urlpatterns = [
     *compare.urlpatterns,
     *testsets.urlpatterns,
+    *history.urlpatterns,
     *traces.urlpatterns,
     *runs.urlpatterns,
     *scenarios.urlpatterns,
