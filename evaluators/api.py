@@ -19,6 +19,7 @@ from evaluators.services import (
     evaluation_invoke,
     evaluator_create,
     evaluator_revise,
+    kind_outputs_schema,
     kind_resolve,
     parameters_seal,
     parameters_shown,
@@ -107,12 +108,21 @@ SEALED_WRITE = (
     "value replaces it, and a name left out is removed."
 )
 
+EXAMPLES_CHECK = (
+    "Refuse the save (400 naming each case as `examples.<i>`, nothing stored) when an example "
+    "case fails or is not run; by default the revision is saved with its `examples_report`."
+)
+
 
 class RevisionSerializer(serializers.ModelSerializer):
     evaluator = serializers.SerializerMethodField()
     parameters = serializers.SerializerMethodField(help_text=SEALED)
     author = serializers.SlugRelatedField(slug_field="username", read_only=True)
     schema_inferred_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    kind_outputs_schema = serializers.SerializerMethodField(
+        help_text="The outputs schema the kind derives from these parameters (null when none): "
+        "`schemas.outputs` differs from it when it was given (`outputs_schema`) or inferred."
+    )
 
     class Meta:
         model = EvaluatorRevision
@@ -124,6 +134,7 @@ class RevisionSerializer(serializers.ModelSerializer):
             "evaluator",
             "parameters",
             "schemas",
+            "kind_outputs_schema",
             "examples",
             "examples_report",
             "message",
@@ -138,6 +149,9 @@ class RevisionSerializer(serializers.ModelSerializer):
 
     def get_parameters(self, revision) -> dict[str, Any]:
         return parameters_shown(revision.kind, revision.parameters)
+
+    def get_kind_outputs_schema(self, revision) -> dict[str, Any] | None:
+        return kind_outputs_schema(revision.kind, revision.parameters)
 
 
 class EvaluatorSerializer(serializers.ModelSerializer):
@@ -181,6 +195,9 @@ class EvaluatorCreateSerializer(serializers.Serializer):
         help_text="Overrides the kind's outputs schema.",
     )
     examples = serializers.JSONField(required=False, default=list)
+    examples_must_pass = serializers.BooleanField(
+        required=False, default=False, help_text=EXAMPLES_CHECK
+    )
     message = serializers.CharField(required=False, allow_blank=True, default="")
 
 
@@ -195,6 +212,9 @@ class EvaluatorUpdateSerializer(serializers.Serializer):
     )
     outputs_schema = serializers.JSONField(required=False, allow_null=True, default=None)
     examples = serializers.JSONField(required=False, default=None)
+    examples_must_pass = serializers.BooleanField(
+        required=False, default=False, help_text=EXAMPLES_CHECK
+    )
     message = serializers.CharField(required=False, allow_blank=True, default="")
 
 

@@ -198,11 +198,13 @@ def evaluator_create(
     message: str = "",
     outputs_schema: dict[str, Any] | None = None,
     examples: list | None = None,
+    examples_must_pass: bool = False,
 ) -> Evaluator:
     """Create an evaluator and its first revision.
 
     Missing parameters get the kind's defaults, exactly as the UI fills them, and a preset's
-    values sit under what the caller gave.
+    values sit under what the caller gave. ``examples_must_pass`` refuses the evaluator
+    (``InvalidInput``, nothing saved) when one of its example cases does not pass.
     """
     kind_obj = kind_resolve(kind)
     if not name.strip():
@@ -222,7 +224,14 @@ def evaluator_create(
         created_by=_person(author),
     )
     _revision_create(
-        evaluator, kind_obj, parsed, author, message or "Created", outputs_schema, examples
+        evaluator,
+        kind_obj,
+        parsed,
+        author,
+        message or "Created",
+        outputs_schema,
+        examples,
+        examples_must_pass=examples_must_pass,
     )
     return evaluator
 
@@ -238,11 +247,13 @@ def evaluator_revise(
     outputs_schema: dict[str, Any] | None = None,
     examples: list | None = None,
     make_head: bool = True,
+    examples_must_pass: bool = False,
     **fields: Any,
 ) -> EvaluatorRevision | None:
     """Apply edits. Changed parameters (or schema, or examples) make a new revision; returns it,
     or None when only name/description/archived changed. ``make_head=False`` keeps the current
-    head (a candidate revision, measured before anyone adopts it)."""
+    head (a candidate revision, measured before anyone adopts it). ``examples_must_pass`` refuses
+    the edit (``InvalidInput``, nothing saved) when an example case does not pass."""
     evaluator = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
     for name in ("name", "description", "archived"):
         if name in fields and fields[name] is not None:
@@ -262,15 +273,25 @@ def evaluator_revise(
     )
     if head and examples is None:
         examples = head.examples
+    # An outputs schema sent back as the head has it is no change (a client that sends the whole
+    # configuration, as ``evalsite evaluators push`` does, must not make a revision each time).
     if (
         head
         and parsed.model_dump(mode="json") == head.parameters
-        and outputs_schema is None
+        and (outputs_schema is None or outputs_schema == (head.schemas or {}).get("outputs"))
         and examples == head.examples
     ):
         return None
     return _revision_create(
-        evaluator, kind_obj, parsed, author, message, outputs_schema, examples, make_head
+        evaluator,
+        kind_obj,
+        parsed,
+        author,
+        message,
+        outputs_schema,
+        examples,
+        make_head,
+        examples_must_pass,
     )
 
 
@@ -286,7 +307,15 @@ def evaluator_head_set(*, evaluator: Evaluator, revision: EvaluatorRevision) -> 
 
 
 def _revision_create(
-    evaluator, kind_obj, parsed, author, message, outputs_schema, examples, make_head=True
+    evaluator,
+    kind_obj,
+    parsed,
+    author,
+    message,
+    outputs_schema,
+    examples,
+    make_head=True,
+    examples_must_pass=False,
 ):
     schemas = schemas_for(kind_obj, parsed)
     if outputs_schema is not None:
@@ -303,6 +332,8 @@ def _revision_create(
             if problems:
                 raise InvalidInput(problems)
             report = examples_run(kind_obj, parsed, examples, evaluator.project) if examples else []
+    if examples_must_pass and (failures := examples_failures(report)):
+        raise InvalidInput(failures)
     last = evaluator.revisions.order_by("-version").values_list("version", flat=True).first() or 0
     revision = EvaluatorRevision.objects.create(
         project_id=evaluator.project_id,
@@ -360,6 +391,32 @@ def examples_validate(examples: Any) -> list[dict[str, Any]]:
                 }
             )
     return examples
+
+
+def examples_failures(report: list[dict]) -> dict[str, list[str]]:
+    """The cases of an examples report that did not pass (failed, or not run), as field errors
+    ``{"examples.<i>": ["<name>: <why>"]}``."""
+    failures = {}
+    for case in report:
+        if case.get("passed") is True:
+            continue
+        why = list(case.get("problems") or [])
+        if (case.get("error") or {}).get("message") and case.get("status") == "error":
+            why.append(case["error"]["message"])
+        failures[f"examples.{case['index']}"] = [f"{case['name']}: {'; '.join(why)}"]
+    return failures
+
+
+def kind_outputs_schema(kind: str, parameters: dict[str, Any]) -> dict[str, Any] | None:
+    """The outputs schema a kind derives from these parameters (None when it derives none, or
+    the parameters no longer parse): a revision's ``schemas.outputs`` differs from it when the
+    schema was given (``outputs_schema``) or inferred."""
+    if kind not in REGISTRY:
+        return None
+    try:
+        return REGISTRY[kind].outputs_schema(REGISTRY[kind].parse(parameters)) or None
+    except PydanticValidationError:
+        return None
 
 
 # Parameters that bound one evaluation's time, by whichever name a kind gives them.
