@@ -16,7 +16,15 @@ from runs.engine.create import (
     run_submit,
     run_update,
 )
-from runs.engine.estimate import estimate_check, run_estimate
+from runs.engine.estimate import (
+    CHARS_PER_TOKEN,
+    COMPLETION_GUESS,
+    connection_price,
+    cost_usd,
+    estimate_check,
+    message_tokens,
+    run_estimate,
+)
 from runs.engine.locks import run_check_open, run_locked
 from runs.engine.logged import results_log, run_create_logged, scenarios_add
 from runs.engine.operations import (
@@ -48,12 +56,17 @@ from runs.engine.tags import tags_validate
 from runs.engine.units import unit_claim, unit_complete, units_plan, units_requeue_cancelled
 
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "COMPLETION_GUESS",
     "PEOPLE_KINDS",
     "Cell",
     "LeaseLost",
     "annotation_step",
     "cells_write",
+    "connection_price",
+    "cost_usd",
     "estimate_check",
+    "message_tokens",
     "read_model_refresh",
     "results_log",
     "run_add_evaluators",

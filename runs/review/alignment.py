@@ -27,7 +27,7 @@ from evalsite.errors import InvalidInput
 from evaluators import services as evaluator_services
 from evaluators.judge.shots import shot_messages
 from evaluators.kinds.llm_judge import MAX_SHOTS
-from evaluators.models import EvaluatorRevision, ModelConnection
+from evaluators.models import EvaluatorRevision
 from evaluators.normalize import EvaluationError
 from runs import engine, testsets
 from runs.applications import application_create
@@ -58,9 +58,6 @@ from runs.traces import trace_dicts
 MIN_HELDOUT = 10
 SAMPLE = 3  # held-out items whose prompt is rendered for the token estimate
 MAX_EXAMPLE_CHARS = 20_000  # a longer case is passed over as an example
-CHARS_PER_TOKEN = 4  # no tokenizer for arbitrary models: a common rule of thumb
-TOKENS_PER_MESSAGE = 4  # the chat format's own tokens around each message
-COMPLETION_TOKENS = {True: 150, False: 20}  # a guess at an answer, with or without reasoning
 NUMERIC_STRATA = 4
 
 
@@ -402,11 +399,6 @@ def _row(case: Case) -> dict[str, Any]:
 # --- the estimate -------------------------------------------------------------------------------
 
 
-def _tokens(messages: list[dict]) -> int:
-    chars = sum(len(m.get("content") or "") for m in messages)
-    return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)
-
-
 def _estimate(plan: Plan, parsed, candidate, heldout: list[Case]) -> dict[str, Any]:
     """Calls: each revision judges each held-out item once, and the base's example cases (if
     any) run once when the candidate is saved. Prompt tokens: the base's prompt rendered for a
@@ -414,32 +406,29 @@ def _estimate(plan: Plan, parsed, candidate, heldout: list[Case]) -> dict[str, A
     examples on top; answers: the judge's max_tokens, else a guess."""
     rendered = _rendered_sample(plan, parsed, heldout[:SAMPLE])
     base_prompt = round(sum(rendered) / len(rendered)) if rendered else 0
-    extra = _tokens(shot_messages(candidate)) - _tokens(shot_messages(parsed))
-    completion = parsed.max_tokens or COMPLETION_TOKENS[bool(parsed.reasoning)]
+    extra = engine.message_tokens(shot_messages(candidate)) - engine.message_tokens(
+        shot_messages(parsed)
+    )
+    completion = parsed.max_tokens or engine.COMPLETION_GUESS[bool(parsed.reasoning)]
     n, checks = len(plan.heldout), len(plan.base.examples or [])
     prompt_tokens = n * (2 * base_prompt + extra) + checks * (base_prompt + extra)
     calls = 2 * n + checks
     answers = "max_tokens" if parsed.max_tokens else "guessed at"
     notes = [
-        f"Prompt tokens are characters / {CHARS_PER_TOKEN} of the base's prompt rendered for "
+        f"Prompt tokens are characters / {engine.CHARS_PER_TOKEN} of the base's prompt rendered for "
         f"{len(rendered)} held-out item(s), plus the examples; answers are {answers} "
         f"{completion} tokens.",
         "Repair requests and retries, when the model needs them, come on top.",
     ]
     if checks:
         notes.append(f"The base's {checks} example case(s) run when the candidate is saved.")
-    model, price = _price(plan, parsed)
-    cost = None
+    _, model, price = engine.connection_price(plan.queue.project, parsed)
+    cost = engine.cost_usd(price, prompt_tokens, calls * completion)
     if price is None:
         notes.append(
             f"No price for {model or 'the model'} on the connection {parsed.connection}: "
             "the cost is unknown."
         )
-    else:
-        cost = (
-            prompt_tokens * float(price.get("prompt", 0))
-            + calls * completion * float(price.get("completion", 0))
-        ) / 1_000_000
     return {
         "calls": calls,
         "heldout": n,
@@ -475,16 +464,8 @@ def _rendered_sample(plan: Plan, parsed, sample: list[Case]) -> list[int]:
         except EvaluationError as exc:
             reason = f"{plan.base.slug}'s prompt fails on held-out item {case.item.pk}: {exc}"
             raise InvalidInput({"revision": [reason]})
-        rendered.append(_tokens(messages))
+        rendered.append(engine.message_tokens(messages))
     return rendered
-
-
-def _price(plan: Plan, parsed) -> tuple[str, dict | None]:
-    connection = (
-        ModelConnection.objects.for_project(plan.queue.project).by_ref(parsed.connection).first()
-    )
-    model = parsed.model or ((connection.model_names or [""])[0] if connection else "")
-    return model, connection.price_of(model) if connection else None
 
 
 def _check_caps(estimate: dict, max_cost_usd: float | None, max_calls: int | None) -> None:
