@@ -315,12 +315,18 @@ def _verdicts(runs: list[Run], evaluators: list[HistoryEvaluator]) -> tuple[np.n
     return indexes, matrix
 
 
+FLAKY_FLIPS = 2
+
+
 def classify(matrix: np.ndarray, *, baseline: int | None) -> tuple[np.ndarray, ...]:
     """Per row of a verdict matrix (columns oldest first, the candidate last): the class (an
     index into CLASSES), the flips and the flip rate (NaN with fewer than 2 verdicts).
 
     Only pass, fail and mixed are verdicts; error and missing are skipped over. Two
-    consecutive verdicts make a flip when they differ or either is mixed.
+    consecutive verdicts make a flip when they differ or either is mixed. Flaky: at least
+    ``FLAKY_FLIPS`` flips in the window (it went both ways) or a mixed verdict; otherwise a
+    case is regressed / fixed when the baseline's verdict and the candidate's differ, else
+    stable (pass or fail) by its latest verdict.
     """
     rows, width = matrix.shape
     valued = matrix >= PASS
@@ -341,7 +347,9 @@ def classify(matrix: np.ndarray, *, baseline: int | None) -> tuple[np.ndarray, .
     if baseline is not None and baseline < width - 1:
         base = np.where(valued[:, baseline], matrix[:, baseline], prior)
     has_prior = before[:, -1] >= 0
-    flaky = flipped[:, :-1].any(axis=1) | (matrix == MIXED).any(axis=1)
+    # One change is a step (a fix, a regression) the classes below name; going back and forth
+    # (two flips or more in the window) or repeats that disagree within a run is flakiness.
+    flaky = (flips >= FLAKY_FLIPS) | (matrix == MIXED).any(axis=1)
     steady = ~flaky & has_prior
     klass = np.select(
         [

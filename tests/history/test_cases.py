@@ -163,6 +163,8 @@ def test_it_classifies_a_verdict_matrix():
             [p, p, f, p],  # failed in the baseline, but flipped before: flaky, not fixed
             [m, m, m, p],  # one verdict
             [p, x, p, p],  # repeats disagreed once
+            [f, p, p, p],  # fixed once, long ago, and stayed fixed: a step, not flakiness
+            [p, f, f, f],  # regressed before the baseline and stayed failing
         ],
         dtype=np.int8,
     )
@@ -176,8 +178,10 @@ def test_it_classifies_a_verdict_matrix():
         "flaky",
         "unknown",
         "flaky",
+        "stable_pass",
+        "stable_fail",
     ]
-    assert flips.tolist() == [0, 0, 2, 1, 1, 2, 0, 2]
+    assert flips.tolist() == [0, 0, 2, 1, 1, 2, 0, 2, 1, 1]
     assert np.isnan(rates[6]) and rates[3] == pytest.approx(1 / 2) and rates[0] == 0.0
 
 
@@ -193,7 +197,10 @@ def test_it_takes_every_finished_run_without_tags_and_the_newest_as_candidate(pl
     # The feature branch passes again where main regressed: the main run's failure now lies
     # before the candidate, so the case flipped twice.
     assert cases["regressed"].verdicts == ["pass", "pass", "pass", "fail", "pass"]
-    assert cases["regressed"].klass == "flaky" and cases["fixed"].klass == "flaky"
+    assert cases["regressed"].klass == "flaky"
+    # Fixed on main and still passing on the branch: one step, before the baseline.
+    assert cases["fixed"].verdicts == ["fail", "fail", "fail", "pass", "pass"]
+    assert cases["fixed"].klass == "stable_pass"
 
 
 def test_it_filters_runs_by_tags(planted):
