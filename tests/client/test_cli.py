@@ -154,7 +154,7 @@ def test_gate_exits_2_without_a_baseline(cli, qa, project):
     assert code == 2
     assert (
         f"gate: could not decide (exit 2)\n  - no baseline: testset qa has no finished run tagged "
-        f"branch=main other than #{cand.pk}\n"
+        f"branch=main older than #{cand.pk}\n"
     ) in out
 
 

@@ -75,7 +75,10 @@ def test_the_summary_lists_the_historys_regressed_and_flaky_cases_separately():
         in regressed
     )
     assert "✓ ✗ ✓ ✗" in text.split("### Flaky test cases")[1]
-    assert "1 flaky test case(s); they fail the gate with --fail-on-flaky" in text
+    assert (
+        "1 flaky test case(s) of the gated evaluators, 1 failing in the candidate; they fail "
+        "the gate only with --fail-on-flaky" in text
+    )
 
 
 def test_the_summary_says_when_the_history_is_not_available():

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted (a run already started goes on)", file=sys.stderr)
         return 130
+    except Exception as exc:  # a crash must not read as a regression (exit 1)
+        return _error(f"{type(exc).__name__}: {exc}")
     finally:
         if client is not None:
             client.close()
@@ -387,7 +389,7 @@ def cmd_gate(args, client: Client) -> int:
 
 def baseline_find(client: Client, candidate: Run, tags: dict[str, str]) -> Run | None:
     """The newest finished batch run of the candidate's testset with every one of ``tags``,
-    other than the candidate."""
+    created before the candidate (a later main run is not what the candidate changed)."""
     if candidate.testset is None:
         return None
     runs = client.runs(testset=candidate.testset.id, tags=tags)
@@ -396,7 +398,8 @@ def baseline_find(client: Client, candidate: Run, tags: dict[str, str]) -> Run |
             return None
         matches = all(run.tags.get(k) == v for k, v in tags.items())  # an older server ignores ?tag
         same = run.testset is not None and run.testset.id == candidate.testset.id
-        if run.id != candidate.id and same and matches and run.status in FINISHED_STATUSES:
+        older = run.id < candidate.id
+        if older and same and matches and run.status in FINISHED_STATUSES:
             return run
     return None
 
@@ -428,7 +431,7 @@ def gate_and_report(
         how = f"the latest finished run of testset {testset} tagged {wanted}"
         why = (
             f"no baseline: testset {testset} has no finished run tagged {wanted} "
-            f"other than #{candidate.id}"
+            f"older than #{candidate.id}"
             if testset
             else f"no baseline: run #{candidate.id} is not over a testset"
         )
@@ -448,7 +451,7 @@ def gate_and_report(
             )
         else:
             history, note = _history(client, candidate, baseline, baseline_tags, args)
-            decision = gate.decide(comparison, candidate, options, history)
+            decision = gate.decide(comparison, candidate, options, history, baseline)
     rows, count = _regressions(client, comparison, decision, args)
     _print_decision(decision, count, links)
     if args.markdown:

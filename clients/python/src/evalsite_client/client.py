@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -22,6 +24,21 @@ from evalsite_client.models import (
 
 DEFAULT_TIMEOUT = 60.0
 FILE_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+
+
+RETRIES = 4
+RETRY_AFTER_MAX = 30.0
+
+
+def _backoff(attempt: int) -> float:
+    return float(2**attempt)
+
+
+def _retry_after(response: httpx.Response, attempt: int) -> float:
+    try:
+        return min(max(float(response.headers.get("Retry-After", "")), 0.0), RETRY_AFTER_MAX)
+    except ValueError:
+        return _backoff(attempt)
 
 
 class ConfigError(Exception):
@@ -82,13 +99,33 @@ class Client:
         self.http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """``path`` is relative to /api/v1/ ("runs/12"). Returns the decoded JSON (None for 204)."""
-        response = self.http.request(method, path.lstrip("/"), **kwargs)
-        if response.status_code >= 400:
-            raise _api_error(response, method, path)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
+        """``path`` is relative to /api/v1/ ("runs/12"). Returns the decoded JSON (None for 204).
+
+        A 429 (the project's interactive quota, a rate limit: nothing was done) is asked again
+        after its ``Retry-After``, whatever the method; a GET is also asked again after a
+        502 / 503 / 504 or a failed connection (a proxy restarting, a deploy). Both up to
+        ``RETRIES`` times with a growing pause, so one hiccup does not fail a CI job."""
+        for attempt in range(RETRIES + 1):
+            last = attempt == RETRIES
+            try:
+                response = self.http.request(method, path.lstrip("/"), **kwargs)
+            except httpx.TransportError:
+                if method != "GET" or last:
+                    raise
+                time.sleep(_backoff(attempt))
+                continue
+            retry = response.status_code == 429 or (
+                method == "GET" and response.status_code in (502, 503, 504)
+            )
+            if retry and not last:
+                time.sleep(_retry_after(response, attempt))
+                continue
+            if response.status_code >= 400:
+                raise _api_error(response, method, path)
+            if response.status_code == 204 or not response.content:
+                return None
+            return response.json()
+        raise AssertionError("unreachable")
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -109,7 +146,14 @@ class Client:
             yield from page["results"]
             if not page.get("next"):
                 return
-            page = self.request("GET", page["next"])
+            page = self.request("GET", self._relative(page["next"]))
+
+    def _relative(self, url: str) -> str:
+        """A ``next`` link as a path below /api/v1/: the key only ever goes to ``self.url`` (a
+        proxy that makes the server see http:// must not send the next request in clear)."""
+        parts = urlsplit(url)
+        path = parts.path.split("/api/v1/", 1)[-1]
+        return f"{path}?{parts.query}" if parts.query else path
 
     def web_url(self, path: str) -> str:
         """A page of the site (for links in reports): ``web_url("/p/acme/runs/12/")``."""
@@ -175,7 +219,9 @@ class Client:
 
     def run_estimate(self, **fields: Any) -> Estimate:
         """What ``run_create`` with the same fields would cost; creates nothing."""
-        body = self.post("runs", _body({**fields, "dry_run": True}))
+        # "start": false too: a server that does not know dry_run then creates a pending run
+        # (cancelled below) instead of starting one.
+        body = self.post("runs", _body({**fields, "dry_run": True, "start": False}))
         if "estimate" not in body:  # a server without dry_run created the run: undo that
             if "id" in body:
                 self.run_action(body["id"], "cancel")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ from evalsite_client.evaluators_yaml import (
 )
 
 OK, CHANGES, FAILED = 0, 1, 2
-BUSY_RETRIES = 4  # a 429: the project's interactive slots (example cases) are all taken
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -274,10 +272,10 @@ def push(args: argparse.Namespace, client: Client) -> int:
             continue
         try:
             if item.remote is None:
-                evaluator = _busy_retry(lambda b=body: client.post("evaluators", b))
+                evaluator = client.post("evaluators", body)
             else:
                 path = f"evaluators/{item.slug}"
-                evaluator = _busy_retry(lambda p=path, b=body: client.patch(p, b))
+                evaluator = client.patch(path, body)
         except ApiError as exc:
             _say_error(item, exc)
             done["failed"] += 1
@@ -327,17 +325,6 @@ def _body(item: Item, args: argparse.Namespace, kinds: Kinds) -> dict[str, Any] 
             # "unchanged"); with new parameters the new revision derives it anyway.
             body["outputs_schema"] = item.remote["head"].get("kind_outputs_schema") or {}
     return body
-
-
-def _busy_retry(call):
-    for attempt in range(BUSY_RETRIES + 1):
-        try:
-            return call()
-        except ApiError as exc:
-            if exc.status != 429 or attempt == BUSY_RETRIES:
-                raise
-            time.sleep(2**attempt)
-    return None  # unreachable
 
 
 def _report(item: Item, evaluator: dict[str, Any], allow_failing: bool) -> str:

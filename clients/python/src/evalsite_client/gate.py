@@ -5,8 +5,9 @@ Per chosen metric: *could not decide* when the candidate has no paired test, whe
 ``min_pairs`` scenarios were valued in both runs, or when either run's evaluator errored on
 more than ``max_error_rate`` of its scenarios; otherwise *fail* when the verdict is ``worse``
 (or ``inconclusive`` with ``fail_on="inconclusive"``), else *pass*. Overall: exit 1 when a
-metric failed (or, with ``fail_on_flaky``, the history found flaky cases), else 2 when a
-metric could not be decided (or nothing could be compared), else 0.
+metric failed (or, with ``fail_on_flaky``, a flaky case of a gated evaluator fails in the
+candidate), else 2 when a metric could not be decided (or nothing could be compared, or either
+run has not finished), else 0.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evalsite_client.models import (
+    FINISHED_STATUSES,
     Comparison,
     History,
     MetricComparison,
@@ -127,11 +129,16 @@ def decide(
     candidate: Run,
     options: Options,
     history: History | None = None,
+    baseline: Run | None = None,
 ) -> Decision:
     baseline_id = comparison.baseline
     ids = {"baseline_id": baseline_id, "candidate_id": candidate.id}
-    if candidate.status not in ("success", "errors"):
+    if candidate.status not in FINISHED_STATUSES:
         return undecided(f"run #{candidate.id} ended {candidate.status}", **ids)
+    if baseline is not None and baseline.status not in FINISHED_STATUSES:
+        return undecided(
+            f"the baseline, run #{baseline.id}, is {baseline.status}: not a finished run", **ids
+        )
     chosen, unknown = metrics_choose(comparison, options.metrics)
     shared = ", ".join(m.metric for m in comparison.metrics) or "none"
     if not chosen:
@@ -142,13 +149,18 @@ def decide(
     reasons += [f"{name}: not a metric both runs have (shared: {shared})" for name in unknown]
     codes = {v.code for v in verdicts} | ({UNDECIDED} if unknown else set())
     notes = []
-    if history is not None and history.counts.get("flaky"):
-        flaky = history.counts["flaky"]
-        if options.fail_on_flaky:
-            codes.add(FAIL)
-            reasons.append(f"{flaky} flaky test case(s) (--fail-on-flaky)")
-        else:
-            notes.append(f"{flaky} flaky test case(s); they fail the gate with --fail-on-flaky")
+    gated = {v.metric.evaluator for v in verdicts}
+    flaky = [c for c in (history.cases if history else []) if c.klass == "flaky"]
+    flaky = [c for c in flaky if c.evaluator in gated]
+    failing = [c for c in flaky if c.verdicts and c.verdicts[-1] in ("fail", "mixed")]
+    if failing and options.fail_on_flaky:
+        codes.add(FAIL)
+        reasons.append(f"{len(failing)} flaky test case(s) fail in the candidate (--fail-on-flaky)")
+    elif flaky:
+        notes.append(
+            f"{len(flaky)} flaky test case(s) of the gated evaluators, {len(failing)} failing "
+            "in the candidate; they fail the gate only with --fail-on-flaky"
+        )
     code = FAIL if FAIL in codes else UNDECIDED if UNDECIDED in codes else PASS
     return Decision(code=code, reasons=reasons, metrics=verdicts, notes=notes, **ids)
 

@@ -174,6 +174,8 @@ class LoggedRun:
             return cells  # nothing to judge
         trace = row["trace"]
         if trace is not None:
+            if isinstance(trace, dict) and not trace.get("trace_id"):
+                raise ValueError(f"Scenario {index}: a trace dict needs its trace_id.")
             invocation["trace_id"] = trace["trace_id"] if isinstance(trace, dict) else str(trace)
         elif row["outputs"] is not MISSING:
             invocation["outputs"] = row["outputs"]
@@ -199,7 +201,7 @@ def score_outputs(value: Any) -> dict[str, Any]:
         return {"score": value}
     if isinstance(value, dict):
         return value
-    raise TypeError(f"A score is a dict, a bool or a number, not {type(value).__name__}.")
+    raise ValueError(f"A score is a dict, a bool or a number, not {type(value).__name__}.")
 
 
 def error_body(error: BaseException | str | dict) -> dict[str, Any]:
