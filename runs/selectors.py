@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from evalsite.errors import InvalidInput
 from evalsite.jsonpaths import dig
 from evalsite.models import Project
 from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Span
@@ -39,17 +38,6 @@ def run_list(
         key = "pk" if str(testset).isdecimal() else "slug"
         runs = runs.filter(**{f"testset_version__testset__{key}": testset})
     return runs
-
-
-def tag_filters_parse(values: list[str]) -> dict[str, str]:
-    """``["branch:main", "pr:12"]`` (query parameters ``tag=name:value``) -> a tags dict."""
-    tags = {}
-    for value in values:
-        name, sep, text = value.partition(":")
-        if not sep or not name:
-            raise InvalidInput({"tag": [f"{value!r}: write a tag as name:value (branch:main)"]})
-        tags[name] = text
-    return tags
 
 
 def run_list_recent(*, project: Project, limit: int = 8) -> list[Run]:

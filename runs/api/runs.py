@@ -190,6 +190,9 @@ ESTIMATE = inline_serializer(
         "cap_usd": serializers.FloatField(allow_null=True, help_text="The binding cap."),
         "over_cap": serializers.BooleanField(),
         "sample_rows": serializers.IntegerField(),
+        "sample_indexes": serializers.ListField(
+            child=serializers.IntegerField(), help_text="The rows whose prompts were rendered."
+        ),
         "notes": serializers.ListField(child=serializers.CharField()),
     },
 )
@@ -332,7 +335,7 @@ def runs(request):
             project=request.project,
             status=request.query_params.get("status", ""),
             search=request.query_params.get("search", ""),
-            tags=selectors.tag_filters_parse(request.query_params.getlist("tag")),
+            tags=engine.tag_filters_parse(request.query_params.getlist("tag")),
             testset=request.query_params.get("testset", ""),
         ).prefetch_related("steps")
         paginator = CursorPagination()
@@ -346,6 +349,15 @@ def runs(request):
     application = _application(project, data.get("application"))
     revisions = _revisions(project, data["evaluators"])
     logged = application is None or application.kind == Application.Kind.LOGGED
+    engine.tags_validate(data["tags"])  # a dry run refuses what the real one would
+    if logged and data["max_cost_usd"] is not None:
+        raise InvalidInput(
+            {
+                "max_cost_usd": [
+                    "A logged run calls nothing on evalsite's side: there is no spend to cap."
+                ]
+            }
+        )
     if data["dry_run"]:
         if logged:
             raise InvalidInput(

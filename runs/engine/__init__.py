@@ -52,7 +52,7 @@ from runs.engine.steps import (
     step_key_for_testset,
     step_lane,
 )
-from runs.engine.tags import tags_validate
+from runs.engine.tags import tag_filters_parse, tags_text_parse, tags_validate
 from runs.engine.units import unit_claim, unit_complete, units_plan, units_requeue_cancelled
 
 __all__ = [
@@ -98,6 +98,8 @@ __all__ = [
     "step_key_for_revision",
     "step_key_for_testset",
     "step_lane",
+    "tag_filters_parse",
+    "tags_text_parse",
     "tags_validate",
     "unit_claim",
     "unit_complete",

@@ -34,7 +34,6 @@ from runs.models import (
 )
 
 
-@transaction.atomic
 def run_create(
     *,
     project: Project,
@@ -50,21 +49,56 @@ def run_create(
 ) -> Run:
     """Create a batch run with its steps, mappings and one scenario per testcase (not started).
     With a spend cap (the run's ``max_cost_usd`` or the project's ``max_run_cost_usd``) the run
-    is estimated first and refused, creating nothing, when it is projected over the cap."""
+    is estimated first, outside the transaction, and refused, creating nothing, when it is
+    projected over the cap."""
     revisions = list(revisions)
     _check_run_inputs(project, testset_version, application, revisions, repeats)
     tags = tags_validate(tags)
-    if max_cost_usd is not None or project.max_run_cost_usd is not None:
-        estimate_check(
-            run_estimate(
-                project=project,
-                testset_version=testset_version,
-                application=application,
-                revisions=revisions,
-                repeats=repeats,
-                max_cost_usd=max_cost_usd,
-            )
+    _check_cost(project, testset_version, application, revisions, repeats, max_cost_usd)
+    return _create(
+        project,
+        name,
+        testset_version,
+        application,
+        revisions,
+        repeats,
+        author,
+        description,
+        tags,
+        max_cost_usd,
+    )
+
+
+def _check_cost(project, testset_version, application, revisions, repeats, max_cost_usd) -> None:
+    """Refuse a run projected over its cap. Rendering the judges' prompts takes a moment and a
+    slot of the project's interactive quota: never inside a transaction."""
+    if max_cost_usd is None and project.max_run_cost_usd is None:
+        return
+    estimate_check(
+        run_estimate(
+            project=project,
+            testset_version=testset_version,
+            application=application,
+            revisions=revisions,
+            repeats=repeats,
+            max_cost_usd=max_cost_usd,
         )
+    )
+
+
+@transaction.atomic
+def _create(
+    project,
+    name,
+    testset_version,
+    application,
+    revisions,
+    repeats,
+    author,
+    description,
+    tags,
+    max_cost_usd,
+) -> Run:
     testset = testset_version.testset
     run = Run.objects.create(
         project=project,
@@ -162,7 +196,6 @@ def run_start(*, run: Run) -> Run:
     return run
 
 
-@transaction.atomic
 def run_submit(
     *,
     project: Project,
@@ -179,22 +212,32 @@ def run_submit(
 ) -> Run:
     """Create and start a batch run in one transaction: what the page and the API both call.
     ``new_application`` (``{name, kind, config}``) creates the application inside that same
-    transaction, so a refused run leaves no application behind."""
+    transaction, so a refused run leaves no application behind. The cost is checked first,
+    outside it (a column application still to be created is stood in for by an unsaved one)."""
+    revisions = list(revisions)
+    tags = tags_validate(tags)
+    stand_in = application
     if new_application is not None:
-        application = application_create(project=project, **new_application)
-    run = run_create(
-        project=project,
-        name=name,
-        testset_version=testset_version,
-        application=application,
-        revisions=revisions,
-        repeats=repeats,
-        author=author,
-        description=description,
-        tags=tags,
-        max_cost_usd=max_cost_usd,
-    )
-    return run_start(run=run)
+        stand_in = Application(project=project, **new_application)
+    _check_run_inputs(project, testset_version, stand_in, revisions, repeats)
+    _check_cost(project, testset_version, stand_in, revisions, repeats, max_cost_usd)
+    with transaction.atomic():
+        if new_application is not None:
+            application = application_create(project=project, **new_application)
+            _check_run_inputs(project, testset_version, application, revisions, repeats)
+        run = _create(
+            project,
+            name,
+            testset_version,
+            application,
+            revisions,
+            repeats,
+            author,
+            description,
+            tags,
+            max_cost_usd,
+        )
+        return run_start(run=run)
 
 
 def run_execute_inline(*, run: Run) -> Run:

@@ -5,7 +5,8 @@ prompt tokens come from its own prompt rendered (template or script, through the
 and under the project's interactive quota) for a sample of the testset's rows, as characters / 4
 plus the chat format's tokens per message; its answer tokens are the mean of the revision's last
 recorded calls when there are enough of them, else ``max_tokens``, else a guess; prices are the
-model connection's. Repairs and retries, when a model needs them, come on top.
+model connection's. Repair requests and retries, when a model needs them, add their prompts on
+top (their answers are in the recorded mean once there is one).
 
 A run is refused up front when the estimate is over the run's cap (``max_cost_usd``) or the
 project's (``Project.max_run_cost_usd``), never stopped half-way for it.
@@ -42,7 +43,9 @@ def message_tokens(messages: list[dict]) -> int:
 def connection_price(project: Project, parsed) -> tuple[str, str, dict | None]:
     """(connection slug, model, price per million tokens or None) of a judge's parameters."""
     connection = ModelConnection.objects.for_project(project).by_ref(parsed.connection).first()
-    model = parsed.model or ((connection.model_names or [""])[0] if connection else "")
+    model = getattr(parsed, "model", "") or (
+        (connection.model_names or [""])[0] if connection else ""
+    )
     price = connection.price_of(model) if connection else None
     return (connection.slug if connection else parsed.connection), model, price
 
@@ -95,7 +98,8 @@ def run_estimate(
     """The projected size and cost of a batch run, with the caps beside it. Creates nothing."""
     scenarios = testset_version.row_count if testset_version else 0
     cells = scenarios * repeats
-    rows = _sample_rows(testset_version, sample)
+    sampled = _sample_rows(testset_version, sample)
+    rows = [row for _, row in sampled]
     steps = [Step(key="inputs", type="input", cells=scenarios)]
     app_calls = 0
     if application is not None:
@@ -109,9 +113,10 @@ def run_estimate(
     judged = [s for s in steps if s.judge is not None]
     costs = [s.cost_usd for s in judged]
     total_cost = None if any(c is None for c in costs) else sum(costs)
+    counted = [s for s in judged if s.tokens is not None]
     tokens = {
-        "prompt": sum(s.tokens["prompt"] for s in judged),
-        "completion": sum(s.tokens["completion"] for s in judged),
+        "prompt": sum(s.tokens["prompt"] for s in counted),
+        "completion": sum(s.tokens["completion"] for s in counted),
     }
     tokens["total"] = tokens["prompt"] + tokens["completion"]
     caps = {
@@ -125,8 +130,8 @@ def run_estimate(
     if judged:
         notes.append(
             "Judge prompts are characters / 4 of each judge's prompt rendered for "
-            f"{len(rows)} row(s); repair requests and retries, when a model needs them, come "
-            "on top."
+            f"{len(rows)} row(s); repair requests and retries, when a model needs them, add "
+            "their prompts on top."
         )
     binding = [c for c in (caps["run"], caps["project"]) if c is not None]
     cap = min(binding) if binding else None
@@ -143,6 +148,7 @@ def run_estimate(
         "cap_usd": cap,
         "over_cap": bool(cap is not None and total_cost is not None and total_cost > cap),
         "sample_rows": len(rows),
+        "sample_indexes": [index for index, _ in sampled],
         "notes": notes,
     }
 
@@ -156,13 +162,14 @@ def estimate_check(estimate: dict[str, Any]) -> None:
     which = "the run's cap" if cap == estimate["caps"]["run"] else "the project's cap per run"
     cost = estimate["cost_usd"]
     if cost is None:
-        unpriced = [s["key"] for s in estimate["steps"] if s.get("judge") and s["cost_usd"] is None]
+        unknown = [s["key"] for s in estimate["steps"] if s.get("judge") and s["cost_usd"] is None]
         raise InvalidInput(
             {
                 "max_cost_usd": [
-                    f"{which.capitalize()} is ${cap:.4f}, but the cost of {', '.join(unpriced)} "
-                    "cannot be estimated: its model connection has no price for the model. Add "
-                    "the price on the Connections page."
+                    f"{which.capitalize()} is ${cap:.4f}, but the cost of {', '.join(unknown)} "
+                    "cannot be projected (its model has no price on the connection, or it "
+                    "builds its model calls from traces during the run), so the cap cannot be "
+                    "kept. Add the price on the Connections page, or run without a cap."
                 ]
             }
         )
@@ -182,16 +189,18 @@ def _float(value) -> float | None:
     return None if value is None else float(value)
 
 
-def _sample_rows(version: TestsetVersion | None, sample: int) -> list[dict]:
-    """Up to ``sample`` rows spread evenly over the testset (first, last and between)."""
+def _sample_rows(version: TestsetVersion | None, sample: int) -> list[tuple[int, dict]]:
+    """Up to ``sample`` (index, row) pairs spread evenly over the testset: the first, the last
+    and between."""
     if version is None or not version.row_count or sample <= 0:
         return []
     n = version.row_count
-    picks = sorted({round(i * (n - 1) / max(sample - 1, 1)) for i in range(min(sample, n))})
+    k = min(sample, n)
+    picks = sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
     return list(
         Testcase.objects.filter(version=version, index__in=picks)
         .order_by("index")
-        .values_list("data", flat=True)
+        .values_list("index", "data")
     )
 
 
@@ -201,15 +210,39 @@ def _evaluator_step(project, application, revision, rows, cells) -> Step:
     if not kind.executes:
         step.notes.append("Waits for people's annotations: nothing runs.")
         return step
-    if revision.kind != JUDGE_KIND:
-        if revision.kind == "webhook":
-            step.calls = cells
-            step.notes.append(f"{cells} webhook calls.")
-        elif getattr(kind, "batches", False) or revision.kind == "code":
-            step.notes.append("Runs in the code sandbox: no model spend.")
-        return step
     parsed = evaluator_services.parameters_validate(kind, revision.parameters)
-    return _judge_step(project, application, revision, parsed, rows, cells, step)
+    if revision.kind == JUDGE_KIND:
+        return _judge_step(project, application, revision, parsed, rows, cells, step)
+    if getattr(parsed, "connection", None):
+        return _model_step(project, parsed, cells, step)
+    if revision.kind == "webhook":
+        step.calls = cells
+        step.notes.append(f"{cells} webhook calls.")
+    elif revision.kind == "code":
+        step.notes.append("Runs in the code sandbox: no model spend.")
+    return step
+
+
+def _model_step(project, parsed, cells, step: Step) -> Step:
+    """An evaluator other than the LLM judge that calls a model connection (an agent scorer's
+    goal and plan calls): its calls are counted, but what it sends is built from each trace at
+    run time, so its tokens and cost are unknown and a cap cannot pass it."""
+    connection, model, price = connection_price(project, parsed)
+    step.calls = cells
+    step.judge = {
+        "connection": connection,
+        "model": model,
+        "price": price,
+        "prompt_tokens_per_call": None,
+        "completion_tokens_per_call": None,
+        "completion_source": None,
+        "max_cost_usd": getattr(parsed, "max_cost_usd", None),
+    }
+    step.notes.append(
+        f"Calls the model connection {connection} (at least {cells} calls); what it sends is "
+        "built from each trace during the run, so its tokens and cost cannot be projected."
+    )
+    return step
 
 
 def _judge_step(project, application, revision, parsed, rows, cells, step: Step) -> Step:

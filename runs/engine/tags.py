@@ -36,3 +36,30 @@ def tags_validate(tags: Any) -> dict[str, str]:
             )
         clean[str(name)] = text
     return clean
+
+
+def tag_filters_parse(values: list[str]) -> dict[str, str]:
+    """Filters from query parameters, one ``tag=name:value`` each (repeatable; the value may
+    hold colons and commas): ``["branch:main", "pr:12"]`` -> ``{"branch": "main", "pr": "12"}``."""
+    tags = {}
+    for value in values:
+        name, sep, text = value.partition(":")
+        if not sep or not TAG_NAME.match(name):
+            raise InvalidInput({"tag": [f"{value!r}: write a tag as name:value (branch:main)"]})
+        tags[name] = text
+    return tags
+
+
+def tags_text_parse(text: str, sep: str = "=") -> dict[str, str]:
+    """Tags typed in one box, comma-separated: ``branch=main, pr=482`` (``sep`` "=") or
+    ``branch:main, pr:482`` (``sep`` ":"). Names are checked by ``tags_validate``."""
+    tags = {}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part:
+            continue
+        name, found, value = part.partition(sep)
+        if not found or not name.strip():
+            example = "branch=main, pr=12" if sep == "=" else "branch:main"
+            raise InvalidInput({"tags": [f"{part!r}: write tags as {example}"]})
+        tags[name.strip()] = value.strip()
+    return tags

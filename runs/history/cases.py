@@ -16,7 +16,7 @@ from django.db import connection
 
 from evalsite.errors import InvalidInput
 from evaluators.models import Evaluator
-from runs import metrics, selectors
+from runs import engine, metrics, selectors
 from runs.models import Run, RunStatus, Testset
 
 # Verdict codes in the matrix; the order matters: codes >= PASS are verdicts ("valued").
@@ -89,7 +89,7 @@ class HistoryQuery:
         return cls(
             evaluators=[e for e in params.getlist("evaluator") if e],
             runs=_number(params, "runs", DEFAULT_RUNS, MIN_RUNS, MAX_RUNS),
-            tags=selectors.tag_filters_parse([t for t in params.getlist("tag") if t]),
+            tags=engine.tag_filters_parse([t for t in params.getlist("tag") if t]),
             baseline=history_run_get(testset=testset, ref=params.get("baseline"), field="baseline"),
             candidate=history_run_get(
                 testset=testset, ref=params.get("candidate"), field="candidate"

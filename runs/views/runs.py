@@ -28,10 +28,12 @@ from runs.views.reliability import corrected_for
 @project_view()
 def run_list(request, project):
     status = request.GET.get("status", "")
-    tag = request.GET.get("tag", "").strip()
+    # One tag a parameter (a tag's link, the box): its value may hold commas and colons.
+    tag_params = [t.strip() for t in request.GET.getlist("tag") if t.strip()]
+    tag = tag_params[0] if tag_params else ""
     tag_error = ""
     try:
-        tags = tags_parse(tag)
+        tags = engine.tag_filters_parse(tag_params)
     except InvalidInput as exc:
         tags, tag_error = {}, next(iter(exc.fields.values()))[0]
     runs = selectors.run_list(
@@ -115,7 +117,7 @@ class RunForm(forms.Form):
 
     def clean_tags(self):
         try:
-            return engine.tags_validate(tags_parse(self.cleaned_data["tags"], sep="="))
+            return engine.tags_validate(engine.tags_text_parse(self.cleaned_data["tags"]))
         except InvalidInput as exc:
             raise forms.ValidationError(next(iter(exc.fields.values()))[0])
 
@@ -200,20 +202,6 @@ def run_estimate(request, project):
 def _form_errors(form, exc: InvalidInput) -> None:
     for field, reasons in exc.fields.items():
         form.add_error(field if field in form.fields else None, reasons[0])
-
-
-def tags_parse(text: str, sep: str = ":") -> dict[str, str]:
-    """``branch=main, pr=12`` (the form) or ``branch:main`` (the list's filter) -> a dict."""
-    tags = {}
-    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
-        if not part:
-            continue
-        name, found, value = part.partition(sep)
-        if not found or not name.strip():
-            example = "branch=main, pr=12" if sep == "=" else "branch:main"
-            raise InvalidInput({"tags": [f"{part!r}: write tags as {example}"]})
-        tags[name.strip()] = value.strip()
-    return tags
 
 
 # --- the run page -------------------------------------------------------------------------------

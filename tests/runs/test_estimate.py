@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 
+from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create
 from runs.engine import run_create, run_estimate, run_start
 from runs.models import Result, Run
@@ -131,8 +132,6 @@ def test_a_run_over_its_cap_is_refused_up_front_and_creates_nothing(
         project=project, testset_version=version, application=column_app, revisions=[judge]
     )
     cap = Decimal(str(round(estimate["cost_usd"] / 2, 6)))
-    from evalsite.errors import InvalidInput
-
     with pytest.raises(InvalidInput) as caught:
         run_create(
             project=project,
@@ -296,3 +295,77 @@ def test_an_editor_may_not_set_the_projects_cap(project, editor_client, api):
     assert api.patch("/api/v1/project", {"max_run_cost_usd": 100}, format="json").status_code == 403
     project.refresh_from_db()
     assert project.max_run_cost_usd is None
+
+
+def test_an_invalid_estimate_request_shows_its_errors_in_the_swapped_region(
+    project, column_app, judge, editor_client
+):
+    response = editor_client.post(
+        f"/p/{project.slug}/runs/new/estimate",
+        {"application": column_app.pk, "evaluators": [judge.evaluator_id], "repeats": 1},
+        HTTP_HX_REQUEST="true",
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="estimate"')
+    assert 'role="alert"' in html and "testset: This field is required." in html
+
+
+def test_an_agent_scorer_that_calls_a_model_cannot_pass_a_cap(
+    project, column_app, llm_connection, api, llm_server
+):
+    scorer = evaluator_create(
+        project=project,
+        kind="agent_score",
+        name="Goal",
+        parameters={"connection": llm_connection.slug},
+    ).head
+    version = make_testset(project, rows(5), slug="five")
+    estimate = run_estimate(
+        project=project, testset_version=version, application=column_app, revisions=[scorer]
+    )
+    step = estimate["steps"][-1]
+    assert (step["calls"], step["cost_usd"], estimate["cost_usd"]) == (5, None, None)
+    body = {
+        "testset": version.testset.slug,
+        "application": column_app.slug,
+        "evaluators": [scorer.slug],
+        "max_cost_usd": 0,
+    }
+    response = api.post("/api/v1/runs", body, format="json")
+    assert response.status_code == 400
+    assert "cannot be projected" in response.json()["error"]["fields"]["max_cost_usd"][0]
+    assert not Run.objects.exists() and llm_server.calls == []
+
+
+def test_the_sample_spans_the_testset_from_first_to_last_row(project, column_app, judge):
+    def sampled(n: int) -> list[int]:
+        version = make_testset(project, rows(n), slug=f"rows-{n}")
+        estimate = run_estimate(
+            project=project, testset_version=version, application=column_app, revisions=[judge]
+        )
+        assert estimate["sample_rows"] == len(estimate["sample_indexes"])
+        return estimate["sample_indexes"]
+
+    assert sampled(4) == [0, 1, 2, 3]
+    assert sampled(30) == [0, 7, 14, 22, 29]
+    assert sampled(1) == [0]
+
+
+def test_a_dry_run_refuses_bad_tags_like_the_real_run(project, column_app, judge, api):
+    version = make_testset(project, rows(3), slug="three")
+    body = {
+        "testset": version.testset.slug,
+        "application": column_app.slug,
+        "evaluators": [judge.slug],
+        "tags": {"bad name": "x"},
+        "dry_run": True,
+    }
+    response = api.post("/api/v1/runs", body, format="json")
+    assert response.status_code == 400 and "tags.bad name" in response.json()["error"]["fields"]
+
+
+def test_a_logged_run_refuses_a_spend_cap(project, api):
+    response = api.post("/api/v1/runs", {"name": "sdk", "max_cost_usd": 1}, format="json")
+    assert response.status_code == 400
+    assert "no spend to cap" in response.json()["error"]["fields"]["max_cost_usd"][0]
+    assert not Run.objects.exists()

@@ -156,7 +156,21 @@ def test_the_runs_page_filters_by_tag_and_shows_tags(viewer_client, project, col
     assert 'class="tag" href="?tag=pr:12">pr: 12</a>' in page
     bad = viewer_client.get(f"/p/{project.slug}/runs/?tag=oops")
     assert bad.status_code == 200
-    assert "write tags as branch:main" in bad.content.decode()
+    assert "write a tag as name:value (branch:main)" in bad.content.decode()
+
+
+def test_a_tag_link_keeps_commas_and_colons_in_the_value(
+    viewer_client, project, capitals, column_app, exact
+):
+    run = run_create(
+        project=project,
+        testset_version=capitals,
+        application=column_app,
+        revisions=[exact],
+        tags={"note": "a, b: c"},
+    )
+    page = viewer_client.get(f"/p/{project.slug}/runs/", {"tag": "note:a, b: c"}).content.decode()
+    assert f"/runs/{run.pk}/" in page and "write a tag" not in page
 
 
 def test_the_new_run_page_sets_tags(editor_client, project, capitals, column_app, exact):

@@ -144,6 +144,7 @@ class Estimate(Model):
     cap_usd: float | None = None  # the binding cap: the lower of the run's and the project's
     over_cap: bool = False
     sample_rows: int = 0
+    sample_indexes: list[int] = Field(default_factory=list)  # the rows whose prompts were rendered
     notes: list[str] = Field(default_factory=list)
 
 
