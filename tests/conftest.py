@@ -10,7 +10,7 @@ from evalsite.celery import app
 from evalsite.models import Role
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 
-pytest_plugins = ["tests.servers", "tests.llm_server"]
+pytest_plugins = ["tests.servers", "tests.llm_server", "tests.workers"]
 
 
 @pytest.fixture(autouse=True)

