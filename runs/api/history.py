@@ -102,17 +102,7 @@ def testset_history(request, ref):
     if testset is None:
         raise Http404
     query = history.HistoryQuery.from_params(request.query_params, testset=testset)
-    found = history.testcase_history(
-        testset=testset,
-        evaluators=query.evaluators,
-        runs=query.runs,
-        tags=query.tags,
-        baseline=query.baseline,
-        candidate=query.candidate,
-        classes=query.classes,
-        offset=query.offset,
-        limit=query.limit,
-    )
+    found = history.testcase_history(testset=testset, **query.arguments())
     return Response(history_json(found))
 
 

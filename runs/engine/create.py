@@ -46,30 +46,33 @@ def run_create(
     description: str = "",
     tags: dict[str, str] | None = None,
     max_cost_usd=None,
+    cost_checked: bool = False,
 ) -> Run:
     """Create a batch run with its steps, mappings and one scenario per testcase (not started).
     With a spend cap (the run's ``max_cost_usd`` or the project's ``max_run_cost_usd``) the run
     is estimated first, outside the transaction, and refused, creating nothing, when it is
-    projected over the cap."""
+    projected over the cap (``cost_checked``: the caller did that before opening its own)."""
     revisions = list(revisions)
     _check_run_inputs(project, testset_version, application, revisions, repeats)
     tags = tags_validate(tags)
-    _check_cost(project, testset_version, application, revisions, repeats, max_cost_usd)
-    return _create(
-        project,
-        name,
-        testset_version,
-        application,
-        revisions,
-        repeats,
-        author,
-        description,
-        tags,
-        max_cost_usd,
-    )
+    if not cost_checked:
+        cost_check(project, testset_version, application, revisions, repeats, max_cost_usd)
+    with transaction.atomic():
+        return _create_rows(
+            project,
+            name,
+            testset_version,
+            application,
+            revisions,
+            repeats,
+            author,
+            description,
+            tags,
+            max_cost_usd,
+        )
 
 
-def _check_cost(project, testset_version, application, revisions, repeats, max_cost_usd) -> None:
+def cost_check(project, testset_version, application, revisions, repeats, max_cost_usd) -> None:
     """Refuse a run projected over its cap. Rendering the judges' prompts takes a moment and a
     slot of the project's interactive quota: never inside a transaction."""
     if max_cost_usd is None and project.max_run_cost_usd is None:
@@ -86,8 +89,7 @@ def _check_cost(project, testset_version, application, revisions, repeats, max_c
     )
 
 
-@transaction.atomic
-def _create(
+def _create_rows(
     project,
     name,
     testset_version,
@@ -214,28 +216,28 @@ def run_submit(
     ``new_application`` (``{name, kind, config}``) creates the application inside that same
     transaction, so a refused run leaves no application behind. The cost is checked first,
     outside it (a column application still to be created is stood in for by an unsaved one)."""
-    revisions = list(revisions)
-    tags = tags_validate(tags)
     stand_in = application
     if new_application is not None:
         stand_in = Application(project=project, **new_application)
-    _check_run_inputs(project, testset_version, stand_in, revisions, repeats)
-    _check_cost(project, testset_version, stand_in, revisions, repeats, max_cost_usd)
+    revisions = list(revisions)
+    _check_run_inputs(project, testset_version, stand_in, revisions, repeats)  # before reading rows
+    tags_validate(tags)
+    cost_check(project, testset_version, stand_in, revisions, repeats, max_cost_usd)
     with transaction.atomic():
         if new_application is not None:
             application = application_create(project=project, **new_application)
-            _check_run_inputs(project, testset_version, application, revisions, repeats)
-        run = _create(
-            project,
-            name,
-            testset_version,
-            application,
-            revisions,
-            repeats,
-            author,
-            description,
-            tags,
-            max_cost_usd,
+        run = run_create(
+            project=project,
+            name=name,
+            testset_version=testset_version,
+            application=application,
+            revisions=revisions,
+            repeats=repeats,
+            author=author,
+            description=description,
+            tags=tags,
+            max_cost_usd=max_cost_usd,
+            cost_checked=True,
         )
         return run_start(run=run)
 

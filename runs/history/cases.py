@@ -9,7 +9,7 @@ number of runs; the classes are computed on a verdict matrix with numpy.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from django.db import connection
@@ -74,6 +74,10 @@ class HistoryQuery:
     classes: list[str] = field(default_factory=list)
     offset: int = 0
     limit: int = DEFAULT_LIMIT
+
+    def arguments(self, **overrides) -> dict:
+        """This query as ``testcase_history``'s keyword arguments (a page pages its own way)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)} | overrides
 
     @classmethod
     def from_params(cls, params, *, testset: Testset) -> HistoryQuery:

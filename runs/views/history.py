@@ -54,15 +54,7 @@ def testset_history(request, project, ref):
     try:
         query = history.HistoryQuery.from_params(_query_params(params), testset=testset)
         found = history.testcase_history(
-            testset=testset,
-            evaluators=query.evaluators,
-            runs=query.runs,
-            tags=query.tags,
-            baseline=query.baseline,
-            candidate=query.candidate,
-            classes=query.classes,
-            offset=(page - 1) * PAGE_SIZE,
-            limit=PAGE_SIZE,
+            testset=testset, **query.arguments(offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
         )
     except InvalidInput as exc:  # shown above the form, which keeps what was typed
         context["errors"] = [
