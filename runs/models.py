@@ -288,6 +288,13 @@ class Run(models.Model):
         return self.status in ACTIVE_RUN_STATUSES
 
     @property
+    def spend_cap_usd(self) -> float | None:
+        """The binding spend cap of the run's judge calls: the lower of its own and its
+        project's cap per run (None: no cap). Checked up front and kept while it runs."""
+        caps = [c for c in (self.max_cost_usd, self.project.max_run_cost_usd) if c is not None]
+        return float(min(caps)) if caps else None
+
+    @property
     def progress(self) -> float:
         return 100.0 * self.done_cells / self.total_cells if self.total_cells else 0.0
 

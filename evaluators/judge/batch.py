@@ -5,7 +5,8 @@ database is touched only from the calling thread (loading the connection, writin
 the connection); worker threads render prompts, run prompt scripts and call the model.
 
 ``context`` (from the caller): ``project`` (required), ``revision`` (names the traces),
-``run_id`` or ``rule_id`` (the scope of the spend cap; without either, the batch is the scope).
+``run_id`` or ``rule_id`` (the scope of the spend cap; without either, the batch is the scope),
+``max_cost_usd`` (a cap the work carries, a run's: the lower of it and the judge's own holds).
 
 Each ``Raw.details`` holds ``rendered_prompt`` (the messages sent), ``judge_trace_id`` (the pk of
 the ``runs.Trace`` recording the calls; link it as ``Annotation.judge_trace``), ``model``,
@@ -61,11 +62,10 @@ class Outcome:
 
 
 def judge_many(parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
+    cap = spend_cap(parameters, context)
     try:
-        project, connection, model = _setup(parameters, context)
-        shared = Shared(
-            connection, spend_scope=_spend_scope(context), max_cost_usd=parameters.max_cost_usd
-        )
+        project, connection, model = _setup(parameters, context, cap)
+        shared = Shared(connection, spend_scope=_spend_scope(context), max_cost_usd=cap)
     except (EvaluationError, UndecryptableKey) as exc:
         error = (
             exc if isinstance(exc, EvaluationError) else EvaluationError(str(exc), code="no_key")
@@ -116,7 +116,7 @@ def structured_call(
     ``connection_auth_failed``, ``invalid_judge_answer`` ...).
     """
     settings = SimpleNamespace(connection=connection, model=model, max_cost_usd=None)
-    project, connection_obj, model = _setup(settings, {"project": project})
+    project, connection_obj, model = _setup(settings, {"project": project}, None)
     try:
         shared = Shared(connection_obj, spend_scope="call", max_cost_usd=None)
     except UndecryptableKey as exc:
@@ -163,7 +163,14 @@ def judge_preview(parameters, inputs: dict, outputs: Any, trace: dict | None) ->
     return build_messages(parameters, inputs, outputs, trace)
 
 
-def _setup(parameters, context: dict):
+def spend_cap(parameters, context: dict[str, Any]) -> float | None:
+    """The lower of the judge's own ``max_cost_usd`` and the one its work carries (a run's cap:
+    its own or its project's), both counted on the run's spend counter."""
+    caps = [c for c in (parameters.max_cost_usd, context.get("max_cost_usd")) if c is not None]
+    return min(caps) if caps else None
+
+
+def _setup(parameters, context: dict, cap: float | None):
     project = context.get("project")
     if project is None:
         raise EvaluationError("An LLM judge runs within a project.", code="no_connection")
@@ -185,7 +192,7 @@ def _setup(parameters, context: dict):
             f"{', '.join(connection.model_names)}.",
             code="unknown_model",
         )
-    if parameters.max_cost_usd is not None and connection.price_of(model) is None:
+    if cap is not None and connection.price_of(model) is None:
         raise EvaluationError(
             f"A spend cap (max_cost_usd) needs the price of {model!r}: add it to the price "
             f"table of the connection {connection.slug!r}.",

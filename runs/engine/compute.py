@@ -137,7 +137,10 @@ def evaluations_compute(
     items = [(s.inputs, invocations[s.pk].outputs, invocations[s.pk].trace_dict) for s in ready]
     try:
         evaluations = evaluations_invoke_many(
-            revision=step.revision, items=items, project=run.project, scope={"run_id": run.pk}
+            revision=step.revision,
+            items=items,
+            project=run.project,
+            scope={"run_id": run.pk, "max_cost_usd": run.spend_cap_usd},
         )
     except InvalidInput as exc:
         # The revision's own parameters are invalid (e.g. a kind changed since): an error per cell.

@@ -369,3 +369,34 @@ def test_a_logged_run_refuses_a_spend_cap(project, api):
     assert response.status_code == 400
     assert "no spend to cap" in response.json()["error"]["fields"]["max_cost_usd"][0]
     assert not Run.objects.exists()
+
+
+def test_a_run_that_spends_past_its_cap_stops_calling(
+    project, column_app, judge, llm_server, celery_eager, django_capture_on_commit_callbacks
+):
+    """The cap is checked up front against the estimate and kept while the run goes: a model
+    that answers at length (here 50x the projected tokens) is stopped by the run's spend
+    counter, its remaining cells errors, never scores."""
+    llm_server.answer = lambda request: completion(
+        json.dumps({"reasoning": REASONING, "score": 1.0}),
+        prompt_tokens=5_000,
+        completion_tokens=5_000,
+    )
+    version = make_testset(project, rows(20), slug="twenty")
+    estimate = run_estimate(
+        project=project, testset_version=version, application=column_app, revisions=[judge]
+    )
+    cap = Decimal(str(round(estimate["cost_usd"] * 1.5, 4)))
+    run = _run(
+        project,
+        version,
+        column_app,
+        [judge],
+        django_capture_on_commit_callbacks,
+        max_cost_usd=cap,
+    )
+    cells = Result.objects.filter(run=run, step_key__startswith="evaluator-")
+    stopped = [c for c in cells if c.error and c.error.get("code") == "spend_cap_reached"]
+    assert stopped, [c.error for c in cells]
+    assert all(c.annotation_id is None for c in stopped)  # an error, not a score of 0
+    assert len(llm_server.calls) < 20
