@@ -287,6 +287,7 @@ def build_messages(parameters, inputs: dict, outputs: Any, trace: dict | None) -
             parameters=parameters.model_dump(
                 mode="json", exclude={"messages", "script", "few_shot"}
             ),
+            outline=any("trace_outline" in m.content for m in parameters.messages),
         )
         texts = render_all(
             [m.content for m in parameters.messages], variables, format=parameters.template_format

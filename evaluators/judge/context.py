@@ -3,8 +3,9 @@
 :func:`evaluation_context` builds the fields that script prompt templates receive on stdin
 (DOMAIN.md: ``question``, ``candidate_answer``, ``reference_answer``, ``expected_outcome``,
 ``expected_messages``, ``output_messages``, ``guideline_files``, ``input_files``,
-``input_messages``, ``trace_summary``, ``config``; plus the raw ``inputs``, ``outputs`` and
-``trace``). It is the same for every runtime and for code evaluators that want the same view
+``input_messages``, ``trace_summary``, ``config``; plus ``trace_outline``, the trace as a
+compact span tree within the token budget ``config.outline_tokens`` (evaluators/judge/outline.py),
+and the raw ``inputs``, ``outputs`` and ``trace``). It is the same for every runtime and for code evaluators that want the same view
 (``from evaluators.judge.context import evaluation_context``).
 
 :func:`template_variables` adds what ``{{...}}`` templates resolve: ``inputs`` (the whole dict),
@@ -35,6 +36,7 @@ import json
 from typing import Any
 
 from evalsite.jsonpaths import dig
+from evaluators.judge.outline import outline_budget, trace_outline
 
 QUESTION_COLUMNS = ("question", "input", "query", "prompt")
 REFERENCE_ALIASES = ("reference", "correct_answer", "ground_truth")
@@ -49,6 +51,7 @@ CONTEXT_FIELDS = (
     "input_files",
     "input_messages",
     "trace_summary",
+    "trace_outline",
     "config",
 )
 
@@ -60,8 +63,10 @@ def evaluation_context(
     trace: dict[str, Any] | None,
     correct_answer_key: str = "correct_answer",
     config: dict[str, Any] | None = None,
+    outline: bool = True,
 ) -> dict[str, Any]:
-    """The snake_case context of one evaluation (see the module docstring)."""
+    """The snake_case context of one evaluation (see the module docstring). ``outline=False``
+    skips rendering ``trace_outline`` (None) for a template that does not name it."""
     inputs = inputs if isinstance(inputs, dict) else {}
     input_messages = _input_messages(inputs, trace)
     question = _question(inputs, correct_answer_key, input_messages)
@@ -77,6 +82,7 @@ def evaluation_context(
         "input_files": _list(inputs.get("input_files")),
         "input_messages": input_messages or [{"role": "user", "content": question}],
         "trace_summary": trace_summary(trace),
+        "trace_outline": trace_outline(trace, outline_budget(config)) if outline else None,
         "config": config or {},
         "inputs": inputs,
         "outputs": outputs,
@@ -91,6 +97,7 @@ def template_variables(
     trace: dict[str, Any] | None,
     correct_answer_key: str = "correct_answer",
     parameters: dict[str, Any] | None = None,
+    outline: bool = True,
 ) -> dict[str, Any]:
     """Every name a prompt template may use. Context fields < input columns < core names."""
     inputs = inputs if isinstance(inputs, dict) else {}
@@ -100,6 +107,7 @@ def template_variables(
         trace=trace,
         correct_answer_key=correct_answer_key,
         config=(parameters or {}).get("config"),
+        outline=outline,
     )
     variables = {key: context[key] for key in CONTEXT_FIELDS}
     variables.update(inputs)
