@@ -173,17 +173,19 @@ def test_a_tag_link_keeps_commas_and_colons_in_the_value(
     assert f"/runs/{run.pk}/" in page and "write a tag" not in page
 
 
+def _new_run(client, project, capitals, column_app, exact, tags: str):
+    form = {
+        "testset": capitals.testset.pk,
+        "application": column_app.pk,
+        "evaluators": [exact.evaluator_id],
+        "repeats": 1,
+        "tags": tags,
+    }
+    return client.post(f"/p/{project.slug}/runs/new", form)
+
+
 def test_the_new_run_page_sets_tags(editor_client, project, capitals, column_app, exact):
-    response = editor_client.post(
-        f"/p/{project.slug}/runs/new",
-        {
-            "testset": capitals.testset.pk,
-            "application": column_app.pk,
-            "evaluators": [exact.evaluator_id],
-            "repeats": 1,
-            "tags": "branch=main, pr=482",
-        },
-    )
+    response = _new_run(editor_client, project, capitals, column_app, exact, "branch=main, pr=482")
     assert response.status_code == 302
     assert Run.objects.get().tags == {"branch": "main", "pr": "482"}
 
@@ -191,16 +193,7 @@ def test_the_new_run_page_sets_tags(editor_client, project, capitals, column_app
 def test_the_new_run_page_refuses_bad_tags_inline(
     editor_client, project, capitals, column_app, exact
 ):
-    response = editor_client.post(
-        f"/p/{project.slug}/runs/new",
-        {
-            "testset": capitals.testset.pk,
-            "application": column_app.pk,
-            "evaluators": [exact.evaluator_id],
-            "repeats": 1,
-            "tags": "branch main",
-        },
-    )
+    response = _new_run(editor_client, project, capitals, column_app, exact, "branch main")
     assert response.status_code == 200
     assert "write tags as branch=main, pr=12" in response.content.decode()
     assert not Run.objects.exists()
