@@ -161,6 +161,10 @@ def workers(broker, tmp_path):
     workers = Workers(broker, tmp_path)
     yield workers
     workers.stop_all()
+    # pytest shows what teardown printed only when the test failed: the workers' last words.
+    for log in sorted(tmp_path.glob("worker-*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        print(f"--- {log.name}, last 60 lines ---", *lines[-60:], sep="\n")
 
 
 def _descendants(pid: int) -> set[int]:
