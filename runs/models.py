@@ -118,7 +118,15 @@ class Trace(models.Model):
     source = models.CharField(
         max_length=16, default="api", help_text="api, otlp, invocation (recorded by a run), judge"
     )
-    created_at = models.DateTimeField(default=timezone.now)
+    session_id = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="session.id, gen_ai.conversation.id or the native session_id of its spans.",
+    )
+    created_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When its first span arrived: its spans' partition key (Span.trace_time).",
+    )
     updated_at = models.DateTimeField(default=timezone.now)
 
     objects = ProjectQuerySet.as_manager()
@@ -131,6 +139,11 @@ class Trace(models.Model):
         indexes = [
             models.Index(fields=["project", "-start_time"]),
             models.Index(fields=["project", "name"]),
+            models.Index(
+                fields=["project", "session_id", "start_time"],
+                condition=~Q(session_id=""),
+                name="trace_session",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -151,6 +164,10 @@ class Span(models.Model):
     attributes = models.JSONField(
         default=dict, help_text='{"ag": {"data", "metrics": {"unit", "acc"}, "meta"}, ...otel}'
     )
+    trace_time = models.DateTimeField(
+        default=timezone.now,
+        help_text="Its trace's created_at: the partition key, the same for every span of a trace.",
+    )
 
     class Meta:
         ordering = ["start_time", "id"]
@@ -158,6 +175,36 @@ class Span(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.span_id})"
+
+
+class Session(models.Model):
+    """The traces sharing a session id, summed up; refreshed from the traces on every ingest."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    session_id = models.CharField(max_length=200)
+    trace_count = models.PositiveIntegerField(default=0)
+    start_time = models.DateTimeField(null=True, blank=True)
+    last_activity = models.DateTimeField(
+        null=True, blank=True, help_text="The latest end (or start) among its traces."
+    )
+    duration_ms = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=16, default="ok")
+    tokens = models.FloatField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_activity", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "session_id"], name="session_unique_id")
+        ]
+        indexes = [models.Index(fields=["project", "-last_activity"])]
+
+    def __str__(self) -> str:
+        return self.session_id
 
 
 # --- applications -----------------------------------------------------------------------------

@@ -114,6 +114,7 @@ class SpanIn(BaseModel):
     end_time: datetime | None = None
     status: Literal["ok", "error"] = "ok"
     status_message: str | None = None
+    session_id: Annotated[str, StringConstraints(max_length=200)] | None = None
     attributes: AttributesIn = Field(default_factory=AttributesIn)
 
     @field_validator("parent_id", mode="before")
@@ -235,6 +236,9 @@ MODEL_ATTRIBUTES = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_
 
 
 SYSTEM_ATTRIBUTES = ("gen_ai.provider.name", "gen_ai.system", "llm.provider")
+# A span's session: the native field, else OpenTelemetry's / OpenInference's attribute, else the
+# GenAI conversation id. Kept as ag.meta.session_id; the trace takes the first one it has.
+SESSION_ATTRIBUTES = ("session.id", "gen_ai.conversation.id")
 
 
 # Payloads moved into ag.data are not kept twice.
@@ -272,6 +276,10 @@ def _attributes(span: SpanIn) -> dict[str, Any]:
         meta["model"] = model
     if "system" not in meta and (system := _first(other, SYSTEM_ATTRIBUTES)) is not None:
         meta["system"] = system
+    if "session_id" not in meta and (
+        session := span.session_id or _first(other, SESSION_ATTRIBUTES)
+    ):
+        meta["session_id"] = str(session)[:200]
     unit = {group: dict(values) for group, values in ag.metrics.unit.items()}
     if "total" not in unit.get("duration", {}) and span.end_time is not None:
         unit.setdefault("duration", {})["total"] = ms_between(span.end_time - span.start_time)

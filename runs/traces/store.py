@@ -20,6 +20,7 @@ from runs import queue
 from runs.bulk import copy_insert, copy_rows
 from runs.models import Span, Trace
 from runs.traces.otlp import otlp_spans
+from runs.traces.sessions import sessions_refresh
 from runs.traces.spans import span_rows, spans_flatten
 from runs.traces.tree import SUMMARY_FIELDS, acc_accumulate, span_tree, trace_summarise
 
@@ -35,16 +36,18 @@ def _store(
     for trace_id, row in rows:
         incoming.setdefault(trace_id, {})[row.span_id] = row
     stored = {} if fresh else _lock_and_load(project, list(incoming))
-    traces, writes = [], []
+    traces, writes, sessions = [], [], set()
     for trace_id, new_spans in incoming.items():
         trace, old_spans = stored.get(trace_id) or (None, {})
         trace = trace or Trace(project=project, trace_id=trace_id, source=source)
+        sessions.add(trace.session_id)
         trace.spans_received = len(new_spans)
         before = {sid: span.attributes["ag"]["metrics"]["acc"] for sid, span in old_spans.items()}
         merged = {**old_spans, **new_spans}
         walked = span_tree(merged.values())
         acc_accumulate(walked)
         trace_summarise(trace, walked)
+        sessions.add(trace.session_id)
         traces.append(trace)
         changed = [
             span
@@ -63,6 +66,7 @@ def _store(
     for trace, trace_spans in writes:
         for span in trace_spans:
             span.trace_id = trace.pk
+            span.trace_time = trace.created_at
     Span.objects.bulk_create(
         [span for _, trace_spans in writes for span in trace_spans],
         update_conflicts=True,
@@ -78,6 +82,7 @@ def _store(
             "attributes",
         ],
     )
+    sessions_refresh(project.pk, sessions)
     return traces
 
 
@@ -218,7 +223,7 @@ def _child_spans(trace_id: str, root_id: str, children: list[dict]) -> list[tupl
 
 SPAN_COLUMNS = (
     "project_id", "trace_id", "span_id", "parent_id", "name", "kind", "start_time", "end_time",
-    "status", "status_message", "attributes",
+    "status", "status_message", "attributes", "trace_time",
 )  # fmt: skip
 
 
@@ -258,6 +263,7 @@ def traces_store(
             cost=(acc.get("costs") or {}).get("total"),
             source=source,
             span_count=len(walked),
+            session_id=_session_of(walked),
             created_at=now,
             updated_at=now,
         )
@@ -282,11 +288,21 @@ def traces_store(
                 span.get("status", "ok"),
                 span.get("status_message", ""),
                 span.get("attributes", {}),
+                trace.created_at,
             )
             for trace, span in spans
         ),
     )
+    sessions_refresh(project.pk, {trace.session_id for trace in fresh})
     return traces
+
+
+def _session_of(spans: list[dict]) -> str:
+    for span in spans:
+        meta = (span.get("attributes") or {}).get("ag", {}).get("meta")
+        if isinstance(meta, dict) and isinstance(meta.get("session_id"), str):
+            return meta["session_id"][:200]
+    return ""
 
 
 def _walk(spans):

@@ -106,6 +106,7 @@ SUMMARY_FIELDS = [
     "tokens",
     "cost",
     "span_count",
+    "session_id",
     "updated_at",
 ]
 
@@ -123,7 +124,14 @@ def trace_summarise(trace: Trace, walked: list[tuple[Span, Span | None]]) -> Non
     trace.tokens = _unit_sum(spans, "tokens")
     trace.cost = _unit_sum(spans, "costs")
     trace.span_count = len(spans)
+    trace.session_id = next(filter(None, map(span_session, spans)), "")
     trace.updated_at = timezone.now()
+
+
+def span_session(span: Span) -> str:
+    meta = span.attributes["ag"].get("meta")
+    session = meta.get("session_id") if isinstance(meta, dict) else None
+    return session if isinstance(session, str) else ""
 
 
 def _unit_sum(spans: list[Span], group: str) -> float | None:

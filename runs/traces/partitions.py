@@ -1,0 +1,1 @@
+"""Time partitions of the spans table, and retention (being written)."""
