@@ -171,7 +171,13 @@ class Span(models.Model):
 
     class Meta:
         ordering = ["start_time", "id"]
-        constraints = [models.UniqueConstraint(fields=["trace", "span_id"], name="span_unique_id")]
+        # The partition key is part of every unique key of a partitioned table; trace_time is
+        # the same for all spans of a trace, so this is still one row per (trace, span_id).
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trace", "span_id", "trace_time"], name="span_unique_id"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.span_id})"

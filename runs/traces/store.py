@@ -70,7 +70,7 @@ def _store(
     Span.objects.bulk_create(
         [span for _, trace_spans in writes for span in trace_spans],
         update_conflicts=True,
-        unique_fields=["trace", "span_id"],
+        unique_fields=["trace", "span_id", "trace_time"],
         update_fields=[
             "parent_id",
             "name",
