@@ -23,6 +23,7 @@ from evaluators.services import (
     kind_resolve,
     parameters_seal,
     parameters_shown,
+    session_shape_problem,
 )
 
 # --- kinds and presets ------------------------------------------------------------------------
@@ -344,15 +345,41 @@ class InvokeSerializer(serializers.Serializer):
         required=False, help_text="Ad-hoc: a kind and its parameters instead of an evaluator."
     )
     parameters = serializers.JSONField(required=False, default=dict)
-    inputs = serializers.DictField(default=dict, help_text="The testcase row (every column).")
-    outputs = serializers.JSONField(help_text="The application's output: any JSON value.")
+    inputs = serializers.DictField(
+        default=dict,
+        help_text="The testcase row (every column). With a session, empty means the first "
+        "turn's root inputs.",
+    )
+    outputs = serializers.JSONField(
+        required=False,
+        help_text="The application's output: any JSON value. Required with a trace; with a "
+        "session, missing means the last turn's root output.",
+    )
     trace = serializers.DictField(required=False, allow_null=True, default=None)
+    session = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text='A whole session to judge instead of a trace: {"session_id", "traces": '
+        '[trace, ...] (oldest first), "messages": [...] (OpenAI-style)}. An evaluator that '
+        "cannot judge sessions answers with the error `session_unsupported`.",
+    )
+
+    def validate_session(self, session):
+        problem = None if session is None else session_shape_problem(session)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return session
 
     def validate(self, data):
         if not (data.get("evaluator") or data.get("revision") or data.get("kind")):
             raise serializers.ValidationError(
                 {"evaluator": ["Give an evaluator, a revision, or a kind with parameters."]}
             )
+        if data.get("session") is not None and data.get("trace") is not None:
+            raise serializers.ValidationError({"session": ["Give a trace or a session, not both."]})
+        if data.get("session") is None and "outputs" not in data:
+            raise serializers.ValidationError({"outputs": ["This field is required."]})
         return data
 
 
@@ -383,8 +410,11 @@ class EvaluationSerializer(serializers.Serializer):
 def invoke(request):
     """Evaluate one output now and return the result; nothing is stored.
 
+    Send `session` instead of `trace` to judge a whole conversation (code evaluators with
+    `evaluate_session`, LLM judges, agent scores).
     A failing evaluation is a 200 with `status: "error"` (the evaluation ran and failed);
-    a 400 means the request itself is wrong (unknown evaluator, invalid parameters).
+    a 400 means the request itself is wrong (unknown evaluator, invalid parameters, a malformed
+    session).
     """
     body = InvokeSerializer(data=request.data)
     body.is_valid(raise_exception=True)
@@ -394,6 +424,7 @@ def invoke(request):
         inputs=data["inputs"],
         outputs=data.get("outputs"),
         trace=data.get("trace"),
+        session=data.get("session"),
         project=request.project,
         **config,
     )

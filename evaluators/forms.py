@@ -16,7 +16,7 @@ from django import forms
 from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from evaluators.kinds.base import Kind
-from evaluators.services import parameters_shown, parameters_validate
+from evaluators.services import parameters_shown, parameters_validate, session_shape_problem
 
 PREFIX = "p__"
 RUNTIME_LABELS = {"python": "Python", "javascript": "JavaScript", "typescript": "TypeScript"}
@@ -184,9 +184,16 @@ class TryForm(forms.Form):
         initial="null",
         help_text="The invocation trace (see docs/evaluators.md), or null.",
     )
+    session = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "data-editor": "json", "class": "mono"}),
+        required=False,
+        initial="null",
+        help_text='A whole session to judge instead of a trace: {"session_id", "traces": [...], '
+        '"messages": [...]}, or null. With a session, outputs null means the last turn\'s.',
+    )
 
     def _json(self, name: str):
-        raw = self.cleaned_data.get(name) or ("null" if name == "trace" else "")
+        raw = self.cleaned_data.get(name) or ("null" if name in ("trace", "session") else "")
         try:
             return jsonsafe.loads(raw)
         except ValueError as exc:
@@ -206,6 +213,19 @@ class TryForm(forms.Form):
         if value is not None and not isinstance(value, dict):
             raise forms.ValidationError("The trace must be a JSON object or null.")
         return value
+
+    def clean_session(self):
+        value = self._json("session")
+        problem = None if value is None else session_shape_problem(value)
+        if problem:
+            raise forms.ValidationError(f"Not a session: {problem}.")
+        return value
+
+    def clean(self):
+        data = super().clean()
+        if data.get("session") is not None and data.get("trace") is not None:
+            self.add_error("session", "Give a trace or a session, not both.")
+        return data
 
 
 class ExamplesForm(forms.Form):

@@ -1,7 +1,8 @@
-"""Evaluator services: create, revise, archive, evaluate."""
+"""Evaluator services: create, revise, archive, evaluate (one trace, or a whole session)."""
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,7 @@ from django.utils.text import slugify
 from pydantic import ValidationError as PydanticValidationError
 
 from evalsite.errors import InvalidInput, pydantic_fields
+from evalsite.jsonpaths import dig
 from evalsite.models import Project
 from evalsite.quotas import interactive_slot
 from evaluators import crypto
@@ -537,14 +539,25 @@ def evaluation_invoke(
     outputs: Any,
     trace: dict[str, Any] | None = None,
     project: Project | None = None,
+    session: dict[str, Any] | None = None,
 ) -> Evaluation:
     """Evaluate one output with a revision, or with a kind and parameters (the "try it" path).
 
+    With a ``session`` the evaluator judges that whole session instead of a trace
+    (``session_evaluations_invoke_many``; ``trace`` is then ignored).
     Never raises for a failing evaluation: the answer is an ``Evaluation`` with status error.
     Bad configuration (unknown kind, invalid parameters) raises ``InvalidInput``; a project
     already using its interactive quota, ``evalsite.quotas.Busy`` (a 429).
     """
     with interactive_slot(project.pk if project else None):
+        if session is not None:
+            return session_evaluations_invoke_many(
+                revision=revision,
+                kind=kind,
+                parameters=parameters,
+                items=[(inputs, outputs, session)],
+                project=project,
+            )[0]
         return evaluations_invoke_many(
             revision=revision,
             kind=kind,
@@ -555,12 +568,19 @@ def evaluation_invoke(
 
 
 def judge_render(
-    *, project: Project, parameters: KindParameters, inputs: dict, outputs: Any, trace
+    *,
+    project: Project,
+    parameters: KindParameters,
+    inputs: dict,
+    outputs: Any,
+    trace,
+    session: dict[str, Any] | None = None,
 ) -> list[dict]:
     """The messages an LLM judge would send for one case (its template or script run), under
-    the project's interactive quota; raises ``EvaluationError`` for a template that fails."""
+    the project's interactive quota; raises ``EvaluationError`` for a template that fails.
+    With a ``session``, the prompt of a session evaluation (``trace``: its last turn's)."""
     with interactive_slot(project.pk):
-        return judge_preview(parameters, inputs, outputs, trace)
+        return judge_preview(parameters, inputs, outputs, trace, session)
 
 
 def evaluations_invoke_many(
@@ -578,24 +598,181 @@ def evaluations_invoke_many(
     list at once; the others are called item by item. ``scope`` tells batch kinds what the
     work belongs to (``run_id`` or ``rule_id``: an LLM judge's spend cap counts per run/rule).
     """
-    kind_obj = kind_resolve(revision.kind if revision else kind)
-    parsed = parameters_validate(kind_obj, revision.parameters if revision else parameters)
-    schema = revision.outputs_schema if revision else kind_obj.outputs_schema(parsed)
+    kind_obj, parsed, schema = _configuration(revision, kind, parameters)
     if not kind_obj.executes:
-        reason = f"{kind_obj.name} evaluators are not run; they receive annotations."
-        return [_skipped(reason) for _ in items]
-    context = {
-        "project": project or (revision.project if revision else None),
-        "revision": revision,
-        **(scope or {}),
-    }
+        return [_skipped(_not_run(kind_obj)) for _ in items]
+    context = _context(revision, project, scope)
     if kind_obj.evaluate_many is not None:
         raws = kind_obj.evaluate_many(parsed, items, context)
     else:
         raws = [_call(kind_obj, parsed, item) for item in items]
-    threshold = getattr(parsed, "threshold", None)
-    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+    threshold = _threshold(parsed)
     return [_finish(raw, threshold, schema) for raw in raws]
+
+
+def _configuration(revision, kind: str, parameters) -> tuple[Kind, KindParameters, dict | None]:
+    """(kind, parsed parameters, outputs schema) of a revision, or of a kind and parameters."""
+    kind_obj = kind_resolve(revision.kind if revision else kind)
+    parsed = parameters_validate(kind_obj, revision.parameters if revision else parameters)
+    schema = revision.outputs_schema if revision else kind_obj.outputs_schema(parsed)
+    return kind_obj, parsed, schema
+
+
+def _context(revision, project, scope) -> dict[str, Any]:
+    return {
+        "project": project or (revision.project if revision else None),
+        "revision": revision,
+        **(scope or {}),
+    }
+
+
+def _threshold(parsed: KindParameters) -> float:
+    threshold = getattr(parsed, "threshold", None)
+    return DEFAULT_THRESHOLD if threshold is None else threshold
+
+
+def _not_run(kind_obj: Kind) -> str:
+    return f"{kind_obj.name} evaluators are not run; they receive annotations."
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def session_evaluations_invoke_many(
+    *,
+    revision: EvaluatorRevision | None = None,
+    kind: str = "",
+    parameters: dict[str, Any] | None = None,
+    items: list[tuple[dict, Any, dict]],
+    project: Project | None = None,
+    scope: dict[str, Any] | None = None,
+) -> list[Evaluation]:
+    """Evaluate many (inputs, outputs, session) items with one configuration, each session
+    (DOMAIN.md: ``{"session_id", "traces", "messages"}``) judged as one conversation.
+
+    Everything ``evaluations_invoke_many`` promises holds: one answer per item in order, errors
+    are errors (never scores), bad configuration raises ``InvalidInput``. Beyond it, nothing
+    raises for sessions: a configuration that cannot judge sessions answers every item with an
+    error ``session_unsupported`` saying why (``revision_session_problem`` tells beforehand);
+    a malformed session (``invalid_session``) or one above ``EVALSITE_MAX_BODY_BYTES`` of JSON
+    (``session_too_large``) fails its own item. Empty ``inputs`` become the first turn's root
+    inputs (``{"input": value}`` when they are not an object), ``None`` outputs the last turn's
+    root outputs; kinds then see ``trace`` as the last turn's where they read one.
+    """
+    kind_obj, parsed, schema = _configuration(revision, kind, parameters)
+    if not kind_obj.executes:
+        return [_skipped(_not_run(kind_obj)) for _ in items]
+    reason = kind_obj.session_support(parsed)
+    if reason:
+        return [_failed("session_unsupported", reason) for _ in items]
+    answers: list[Evaluation | None] = [None] * len(items)
+    ready: list[tuple[int, tuple[dict, Any, dict]]] = []
+    for index, (inputs, outputs, session) in enumerate(items):
+        problem = session_problem(session)
+        if problem is not None:
+            answers[index] = _failed(*problem)
+        else:
+            ready.append((index, session_item(inputs, outputs, session)))
+    if ready:
+        batch = [item for _, item in ready]
+        context = _context(revision, project, scope)
+        if kind_obj.evaluate_sessions is not None:
+            raws = kind_obj.evaluate_sessions(parsed, batch, context)
+        else:
+            raws = [_call_session(kind_obj, parsed, item) for item in batch]
+        threshold = _threshold(parsed)
+        for (index, _), raw in zip(ready, raws, strict=True):
+            answers[index] = _finish(raw, threshold, schema)
+    return answers  # type: ignore[return-value]  # every slot is filled
+
+
+def revision_session_problem(revision: EvaluatorRevision) -> str | None:
+    """None when the revision can judge sessions; otherwise why not, for people to read (a
+    session rule with it is refused with this reason on ``revision``)."""
+    kind_obj = REGISTRY.get(revision.kind)
+    if kind_obj is None:
+        return f"Unknown kind {revision.kind!r}."
+    if not kind_obj.executes:
+        return f"{_not_run(kind_obj)} People review sessions in annotation queues instead."
+    try:
+        parsed = kind_obj.parse(revision.parameters)
+    except PydanticValidationError as exc:
+        return f"The revision's parameters no longer validate: {exc.errors()[0]['msg']}."
+    return kind_obj.session_support(parsed)
+
+
+def session_shape_problem(session: Any) -> str | None:
+    """What makes ``session`` other than a session dict, or None. ``messages`` may be left
+    out (no conversation text); ``traces`` are trace objects, ``{"spans": {...}}`` at least."""
+    if not isinstance(session, dict):
+        return "a session is an object: {session_id, traces: [trace, ...], messages: [...]}"
+    if not isinstance(session.get("session_id", ""), str):
+        return "session_id: must be a string"
+    traces, messages = session.get("traces"), session.get("messages", [])
+    if not isinstance(traces, list):
+        return "traces: must be a list of the session's traces, oldest first"
+    for index, trace in enumerate(traces):
+        if not isinstance(trace, dict) or not isinstance(trace.get("spans"), dict):
+            return f"traces[{index}]: must be a trace, an object with spans keyed by span id"
+    if not isinstance(messages, list):
+        return "messages: must be a list of OpenAI-style messages"
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return f"messages[{index}]: must be a message object with a role"
+    if not traces and not messages:
+        return "the session is empty: give its traces, its messages, or both"
+    return None
+
+
+def session_problem(session: Any) -> tuple[str, str] | None:
+    """(error code, message) when the session cannot be evaluated as it is, else None."""
+    shape = session_shape_problem(session)
+    if shape is not None:
+        return "invalid_session", f"The session is malformed: {shape}."
+    limit = settings.EVALSITE_MAX_BODY_BYTES
+    size = len(json.dumps(session, ensure_ascii=False, default=str).encode())
+    if size > limit:
+        return "session_too_large", (
+            f"The session is {size:,} bytes of JSON; evaluators take sessions up to {limit:,} "
+            f"bytes (EVALSITE_MAX_BODY_BYTES, the largest request evalsite accepts). Judge "
+            f"fewer turns, or raise the limit."
+        )
+    return None
+
+
+def session_item(inputs: Any, outputs: Any, session: dict) -> tuple[dict, Any, dict]:
+    """The item as kinds receive it, empty inputs and missing outputs taken from the turns."""
+    traces = session.get("traces") or []
+    if not inputs and traces:
+        first = _root_data(traces[0]).get("inputs")
+        inputs = first if isinstance(first, dict) else {} if first is None else {"input": first}
+    if outputs is None and traces:
+        outputs = _root_data(traces[-1]).get("outputs")
+    session = {**session, "messages": session.get("messages") or []}
+    return (inputs if isinstance(inputs, dict) else {}), outputs, session
+
+
+def _root_data(trace: dict) -> dict:
+    roots = [s for s in (trace.get("spans") or {}).values() if isinstance(s, dict)]
+    data = dig(roots[0], "attributes.ag.data") if roots else None
+    return data if isinstance(data, dict) else {}
+
+
+def _call_session(kind_obj: Kind, parsed: KindParameters, item) -> Raw:
+    inputs, outputs, session = item
+    started = time.perf_counter()
+    try:
+        value = kind_obj.evaluate_session(parsed, inputs, outputs, session)
+    except Exception as exc:
+        return Raw(error=exc, duration_ms=_ms(started))
+    return Raw(value=value, duration_ms=_ms(started))
+
+
+def _failed(code: str, message: str) -> Evaluation:
+    kind = "".join(part.title() for part in code.split("_"))
+    return Evaluation(
+        "error", error={"code": code, "type": kind, "message": message, "stacktrace": ""}
+    )
 
 
 def _call(kind_obj: Kind, parsed: KindParameters, item) -> Raw:

@@ -24,8 +24,10 @@ def code_run_batch(
     version: str,
     calls: list[dict[str, Any]],
     timeout_s: float,
+    entry: str = "evaluate",
 ) -> list[dict[str, Any]]:
     return sandbox_celery.batch_run_here(
+        entry=entry,
         project_key=project_key,
         runtime=runtime,
         code=code,

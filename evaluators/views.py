@@ -505,6 +505,7 @@ def _try(request, project, kind, *, revision=None, parameters=None) -> tuple[dic
                 inputs=form.cleaned_data["inputs"],
                 outputs=form.cleaned_data["outputs"],
                 trace=form.cleaned_data["trace"],
+                session=form.cleaned_data.get("session"),
                 project=project,
                 **config,
             )

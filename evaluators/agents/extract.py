@@ -13,6 +13,10 @@ order. Without a history the tool spans alone are the run. A call that no span t
 duration: nothing here makes one up.
 
 A retry is a call of the same tool as the call right before it.
+
+A session (a whole conversation, ``session_run``) is read turn by turn: each turn's trace gives
+its own history and tool spans exactly as above, a history re-sent whole each turn counts only
+its new messages, and the turns' calls follow one another, each marked with its turn.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ AUTO_PATHS = (
 )
 ERROR_PREVIEW = 300
 MISSING = object()
+NOTHING: tuple[list, int, None, None] = ([], 0, None, None)  # what a scan without a trace finds
 # Parsing every tool result is most of the cost of a long history; one that names neither key
 # cannot have failed.
 _MAY_FAIL = re.compile(r'"(?:error|ok)"')
@@ -58,13 +63,14 @@ class ToolCall:
     error: str | None = None
     duration_ms: float | None = None
     retry: bool = False
+    turn: int | None = None  # in a session, the turn (from 1) the call belongs to
 
     @property
     def failed(self) -> bool:
         return self.status == FAILED
 
     def step(self, number: int) -> dict[str, Any]:
-        return {
+        step = {
             "step": number,
             "name": self.name,
             "arguments": self.arguments,
@@ -76,6 +82,9 @@ class ToolCall:
             "message_index": self.message_index,
             "span_id": self.span_id,
         }
+        if self.turn is not None:
+            step["turn"] = self.turn
+        return step
 
 
 @dataclass
@@ -144,6 +153,92 @@ def agent_run(
     run.task = run.task or plain(inputs)
     mark_retries(run.calls)
     return run
+
+
+def session_run(
+    *, session: dict[str, Any], messages_path: str = AUTO, use_trace: bool = True
+) -> AgentRun:
+    """The agent run of a whole conversation (DOMAIN.md's session dict).
+
+    Calls come turn by turn: a turn's history (found at ``messages_path`` in its root span's
+    inputs and outputs, as for one trace) gives its calls, merged with its own tool spans; a
+    turn without calls in a history is its tool spans. A history that repeats the previous
+    turn's (a chat client re-sending the conversation) counts only what it adds, and a call
+    whose id an earlier turn already had is not counted again. The
+    conversation judged (task, final answer, size) is ``session["messages"]``, or the turns'
+    histories when it has none. Tokens: the largest single span of any turn, and all turns'.
+    """
+    traces = [t for t in session.get("traces") or [] if isinstance(t, dict)]
+    calls: list[ToolCall] = []
+    histories: list[dict] = []
+    previous: list = []
+    seen: set[str] = set()  # call ids of earlier turns
+    peaks, totals, chars = [], [], 0
+    for turn, trace in enumerate(traces, 1):
+        data = _root_data(trace)
+        inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
+        history, source = _turn_history(messages_path, inputs, data.get("outputs"), trace, turn)
+        spans, span_chars, peak, total = _scan(trace, count_chars=True) if use_trace else NOTHING
+        chars += span_chars + _chars(data.get("inputs")) + _chars(data.get("outputs"))
+        turn_calls: list[ToolCall] = []
+        if history is not None:
+            read = read_history(history, f"session.traces[{turn - 1}].{source}")
+            repeated = len(previous) if previous and history[: len(previous)] == previous else 0
+            turn_calls = [
+                c
+                for c in read.calls
+                if (c.message_index or 0) >= repeated
+                and (c.call_id is None or c.call_id not in seen)
+            ]
+            histories.extend(history[repeated:])
+            previous = history
+        turn_calls = merge(turn_calls, spans) if turn_calls else spans
+        for call in turn_calls:
+            call.turn = turn
+        seen.update(c.call_id for c in turn_calls if c.call_id)
+        calls.extend(turn_calls)
+        peaks.append(peak)
+        totals.append(total)
+    messages = session.get("messages")
+    conversation = messages if isinstance(messages, list) and messages else histories
+    if not traces and conversation:  # a session given as messages alone
+        calls = read_history(conversation, "session.messages").calls
+    if not calls and not conversation:
+        raise EvaluationError(
+            f"No agent run in this session: its {len(traces)} turn(s) have no message history "
+            f"(looked at {', '.join(AUTO_PATHS) if messages_path == AUTO else messages_path}) "
+            "and no tool spans, and the session has no messages.",
+            code="missing_history",
+        )
+    summary = read_history(conversation, "session.messages") if conversation else None
+    known_peaks = [p for p in peaks if p is not None]
+    known_totals = [t for t in totals if t is not None]
+    run = AgentRun(
+        calls,
+        conversation or None,
+        "session",
+        summary.task if summary else "",
+        summary.final_answer if summary else "",
+        summary.chars if summary else chars,
+        max(known_peaks) if known_peaks else None,
+        sum(known_totals) if known_totals else None,
+    )
+    if not run.task and traces:
+        run.task = plain(_root_data(traces[0]).get("inputs"))
+    mark_retries(run.calls)
+    return run
+
+
+def _turn_history(
+    path: str, inputs: dict[str, Any], outputs: Any, trace: dict, turn: int
+) -> tuple[list | None, str]:
+    """One turn's history; a turn without one (at an explicit path too) is its spans alone."""
+    try:
+        return find_history(path, inputs, outputs, trace)
+    except EvaluationError as exc:
+        if exc.code == "missing_history":
+            return None, ""
+        raise EvaluationError(f"Turn {turn}: {exc.message}", code=exc.code) from None
 
 
 def trajectory_summary(

@@ -1,6 +1,8 @@
 """Judging a batch: prompts, concurrent model calls, answers read back, one trace per cell.
 
-``judge_many(parameters, items, context)`` is the ``llm_judge`` kind's ``evaluate_many``. The
+``judge_many(parameters, items, context)`` is the ``llm_judge`` kind's ``evaluate_many``, and
+``judge_sessions`` its ``evaluate_sessions`` (items carry a session; ``trace`` is then the last
+turn's and the prompt may read the session variables, evaluators/judge/sessions.py). The
 database is touched only from the calling thread (loading the connection, writing traces, marking
 the connection); worker threads render prompts, run prompt scripts and call the model.
 
@@ -33,6 +35,7 @@ from evaluators.judge.conf import setting
 from evaluators.judge.connections import address_problem
 from evaluators.judge.context import template_variables
 from evaluators.judge.scripts import script_prompt
+from evaluators.judge.sessions import last_trace
 from evaluators.judge.shots import shot_messages, with_shots
 from evaluators.judge.templates import render_all
 from evaluators.judge.traces import TRACE_RECORDERS
@@ -97,6 +100,16 @@ def judge_many(parameters, items: list[tuple], context: dict[str, Any]) -> list[
     return raws  # type: ignore[return-value]  # every slot is filled
 
 
+def judge_sessions(parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
+    """Judge (inputs, outputs, session) items: each prompt reads the session, and ``trace``
+    stands for its last turn's trace."""
+    return judge_many(
+        parameters,
+        [(inputs, outputs, last_trace(session), session) for inputs, outputs, session in items],
+        context,
+    )
+
+
 def structured_call(
     *,
     project,
@@ -158,9 +171,14 @@ def structured_call(
     return outcome.outputs
 
 
-def judge_preview(parameters, inputs: dict, outputs: Any, trace: dict | None) -> list[dict]:
-    """The messages the model would receive for one evaluation, without calling it."""
-    return build_messages(parameters, inputs, outputs, trace)
+def judge_preview(
+    parameters, inputs: dict, outputs: Any, trace: dict | None, session: dict | None = None
+) -> list[dict]:
+    """The messages the model would receive for one evaluation, without calling it. With a
+    ``session``, ``trace`` is its last turn's whatever was given."""
+    if session is not None:
+        trace = last_trace(session)
+    return build_messages(parameters, inputs, outputs, trace, session)
 
 
 def spend_cap(parameters, context: dict[str, Any]) -> float | None:
@@ -232,14 +250,16 @@ def _outcomes(parameters, shared: Shared, model: str, items: list[tuple]):
 
 
 def judge_one(parameters, shared: Shared, model: str, item: tuple) -> Outcome:
-    """Render, call, read back (with one repair request); never raises."""
-    inputs, outputs, trace = item
+    """Render, call, read back (with one repair request); never raises. ``item`` is
+    (inputs, outputs, trace), or (inputs, outputs, last trace, session) for a session."""
+    inputs, outputs, trace, *rest = item
+    session = rest[0] if rest else None
     outcome = Outcome(started=datetime.now(UTC))
     clock = time.perf_counter()
     caller = Caller(shared, model=model, max_retries=parameters.max_retries, **_options(parameters))
     outcome.usage = caller.usage
     try:
-        outcome.messages = build_messages(parameters, inputs, outputs, trace)
+        outcome.messages = build_messages(parameters, inputs, outputs, trace, session)
         reply = caller.chat(outcome.messages)
         outcome.answer = reply.content
         try:
@@ -275,9 +295,12 @@ def _parse_repaired(text: str, parse) -> dict[str, Any]:
         )
 
 
-def build_messages(parameters, inputs: dict, outputs: Any, trace: dict | None) -> list[dict]:
+def build_messages(
+    parameters, inputs: dict, outputs: Any, trace: dict | None, session: dict | None = None
+) -> list[dict]:
     if parameters.prompt_source == "script":
-        messages = [{"role": "user", "content": script_prompt(parameters, inputs, outputs, trace)}]
+        prompt = script_prompt(parameters, inputs, outputs, trace, session)
+        messages = [{"role": "user", "content": prompt}]
     else:
         variables = template_variables(
             inputs=inputs,
@@ -287,7 +310,12 @@ def build_messages(parameters, inputs: dict, outputs: Any, trace: dict | None) -
             parameters=parameters.model_dump(
                 mode="json", exclude={"messages", "script", "few_shot"}
             ),
-            outline=any("trace_outline" in m.content for m in parameters.messages),
+            outline=any(
+                name in m.content
+                for m in parameters.messages
+                for name in ("trace_outline", "session_outline")
+            ),
+            session=session,
         )
         texts = render_all(
             [m.content for m in parameters.messages], variables, format=parameters.template_format

@@ -5,13 +5,16 @@
 ``expected_messages``, ``output_messages``, ``guideline_files``, ``input_files``,
 ``input_messages``, ``trace_summary``, ``config``; plus ``trace_outline``, the trace as a
 compact span tree within the token budget ``config.outline_tokens`` (evaluators/judge/outline.py),
-and the raw ``inputs``, ``outputs`` and ``trace``). It is the same for every runtime and for code evaluators that want the same view
+and the raw ``inputs``, ``outputs`` and ``trace``; and for a session evaluation ``session``,
+``session_transcript`` and ``session_outline`` (evaluators/judge/sessions.py), null otherwise).
+It is the same for every runtime and for code evaluators that want the same view
 (``from evaluators.judge.context import evaluation_context``).
 
 :func:`template_variables` adds what ``{{...}}`` templates resolve: ``inputs`` (the whole dict),
 every input column by its own name, ``outputs``, ``trace``, ``parameters``, and ``reference`` /
 ``correct_answer`` / ``ground_truth`` when the ground-truth column is present. A judge without a
-ground-truth column is normal: those three names are then simply absent.
+ground-truth column is normal: those three names are then simply absent. The session names
+exist only in a session evaluation, where ``trace`` is the last turn's trace.
 
 Where the fields come from, first match wins:
 
@@ -37,6 +40,7 @@ from typing import Any
 
 from evalsite.jsonpaths import dig
 from evaluators.judge.outline import outline_budget, trace_outline
+from evaluators.judge.sessions import SESSION_VARIABLES, session_fields
 
 QUESTION_COLUMNS = ("question", "input", "query", "prompt")
 REFERENCE_ALIASES = ("reference", "correct_answer", "ground_truth")
@@ -64,10 +68,17 @@ def evaluation_context(
     correct_answer_key: str = "correct_answer",
     config: dict[str, Any] | None = None,
     outline: bool = True,
+    session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The snake_case context of one evaluation (see the module docstring). ``outline=False``
-    skips rendering ``trace_outline`` (None) for a template that does not name it."""
+    skips rendering ``trace_outline`` and ``session_outline`` (None) for a template that names
+    neither. With a ``session``, ``trace`` is expected to be its last turn's."""
     inputs = inputs if isinstance(inputs, dict) else {}
+    sessions = (
+        session_fields(session, outline_budget(config), outline=outline)
+        if session is not None
+        else dict.fromkeys(SESSION_VARIABLES)
+    )
     input_messages = _input_messages(inputs, trace)
     question = _question(inputs, correct_answer_key, input_messages)
     candidate = _candidate_answer(outputs)
@@ -87,6 +98,7 @@ def evaluation_context(
         "inputs": inputs,
         "outputs": outputs,
         "trace": trace,
+        **sessions,
     }
 
 
@@ -98,8 +110,10 @@ def template_variables(
     correct_answer_key: str = "correct_answer",
     parameters: dict[str, Any] | None = None,
     outline: bool = True,
+    session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every name a prompt template may use. Context fields < input columns < core names."""
+    """Every name a prompt template may use. Context fields < input columns < core names.
+    The session names are there only with a ``session``."""
     inputs = inputs if isinstance(inputs, dict) else {}
     context = evaluation_context(
         inputs=inputs,
@@ -108,10 +122,13 @@ def template_variables(
         correct_answer_key=correct_answer_key,
         config=(parameters or {}).get("config"),
         outline=outline,
+        session=session,
     )
     variables = {key: context[key] for key in CONTEXT_FIELDS}
     variables.update(inputs)
     variables.update(inputs=inputs, outputs=outputs, trace=trace, parameters=parameters or {})
+    if session is not None:
+        variables.update({key: context[key] for key in SESSION_VARIABLES})
     if correct_answer_key in inputs:
         variables.update(dict.fromkeys(REFERENCE_ALIASES, inputs[correct_answer_key]))
     return variables

@@ -130,14 +130,17 @@ _PRELOAD = {
 STDERR_LINES = 20
 
 
-def script_prompt(parameters, inputs: dict, outputs, trace) -> str:
-    """Run the judge's prompt script for one evaluation; its stdout is the prompt."""
+def script_prompt(parameters, inputs: dict, outputs, trace, session: dict | None = None) -> str:
+    """Run the judge's prompt script for one evaluation; its stdout is the prompt. The context
+    has ``session``, ``session_transcript`` and ``session_outline`` (``sessionTranscript`` ...
+    in JavaScript), null unless a session is judged."""
     context = evaluation_context(
         inputs=inputs,
         outputs=outputs,
         trace=trace,
         correct_answer_key=parameters.correct_answer_key,
         config=parameters.config,
+        session=session,
     )
     family = "python" if parameters.script_runtime == "python" else "javascript"
     try:

@@ -29,10 +29,14 @@ a template is work as well. The languages themselves are in ``rendering``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from evaluators.judge import render_pool
+from evaluators.judge.sessions import SESSION_VARIABLES
 from evaluators.normalize import EvaluationError
+
+_ROOT_NAME = re.compile(r"^[$/.]*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def render(template: str, variables: dict[str, Any], *, format: str = "curly") -> str:
@@ -68,8 +72,20 @@ def unresolved(names: list[str], variables: dict[str, Any]) -> EvaluationError:
             " The ground-truth names exist only when the testcase has the column named by "
             "correct_answer_key."
         )
+    if "session" not in variables and any(_root(n) in SESSION_VARIABLES for n in names):
+        hint += (
+            " The session names (session, session_transcript, session_outline) exist only when "
+            "the judge evaluates a whole session (a session rule, or invoke with a session); a "
+            "trace evaluation has trace and trace_outline."
+        )
     return EvaluationError(
         f"The prompt uses {len(names)} unresolved variable{'s' if len(names) > 1 else ''}: "
         f"{', '.join(names)}. Available: {available}.{hint}",
         code="unresolved_variables",
     )
+
+
+def _root(name: str) -> str:
+    """The variable a reference starts from: ``session`` for ``$.session.messages``."""
+    found = _ROOT_NAME.match(name.strip())
+    return found.group(1) if found else ""

@@ -7,6 +7,10 @@ goal completion, plan correctness, error-free execution, context efficiency. The
 Goal and plan come from one structured-output call each to a model connection of the project
 when ``connection`` is set, from heuristics otherwise. A judge that fails falls back to the
 heuristics, and ``details.fallback_reason`` says why.
+
+A session is scored as one conversation (``evaluate_sessions``): the calls of every turn in
+order, each step marked with its turn, the conversation's messages for goal and plan, and the
+tokens of all turns (``evaluators.agents.extract.session_run``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from evaluators.agents import scoring
-from evaluators.agents.extract import AgentRun, ToolCall, plain
+from evaluators.agents.extract import AgentRun, ToolCall, plain, session_run
 from evaluators.judge.batch import structured_call
 from evaluators.kinds.agent_base import AgentRunParameters
 from evaluators.kinds.base import Kind, PresetSpec, register, ui
@@ -200,7 +204,20 @@ OUTPUTS = {
 def evaluate(
     parameters: Parameters, inputs: dict, outputs: Any, trace, project=None
 ) -> dict[str, Any]:
-    run = parameters.agent_run(inputs, outputs, trace)
+    return score_run(parameters, parameters.agent_run(inputs, outputs, trace), project)
+
+
+def evaluate_session(
+    parameters: Parameters, inputs: dict, outputs: Any, session: dict, project=None
+) -> dict[str, Any]:
+    run = session_run(
+        session=session, messages_path=parameters.messages_path, use_trace=parameters.use_trace
+    )
+    return score_run(parameters, run, project)
+
+
+def score_run(parameters: Parameters, run: AgentRun, project) -> dict[str, Any]:
+    """The four categories and their total for an extracted run (one trace or a session)."""
     goal, plan, method, fallback, judged = _goal_and_plan(parameters, run, project)
     errors = scoring.error_free(run.calls, parameters.retry_penalty, parameters.failure_penalty)
     tokens, source = scoring.context_tokens(run, parameters.token_count)
@@ -396,12 +413,22 @@ def _tool_sequence(tools: list[ToolCall]) -> str:
 
 
 def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
+    return _each(evaluate, parameters, items, context)
+
+
+def evaluate_sessions(
+    parameters: Parameters, items: list[tuple], context: dict[str, Any]
+) -> list[Raw]:
+    return _each(evaluate_session, parameters, items, context)
+
+
+def _each(score, parameters: Parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
     project = context.get("project")
     raws = []
-    for inputs, outputs, trace in items:
+    for inputs, outputs, trace_or_session in items:
         started = time.perf_counter()
         try:
-            value = evaluate(parameters, inputs, outputs, trace, project)
+            value = score(parameters, inputs, outputs, trace_or_session, project)
         except Exception as exc:
             raws.append(Raw(error=exc, duration_ms=_ms(started)))
         else:
@@ -427,6 +454,7 @@ kind = register(
         parameters=Parameters,
         evaluate=evaluate,
         evaluate_many=evaluate_many,
+        evaluate_sessions=evaluate_sessions,
         outputs=OUTPUTS,
         category="agent",
         presets=[

@@ -8,6 +8,14 @@ Adding a kind means copying a neighbour and adding its module to ``kinds/__init_
 
 ``evaluate`` raises ``EvaluationError`` for failures the user should read (a missing ground-truth
 column, an unreachable webhook); any other exception is recorded as an error with its stack trace.
+
+Sessions (DOMAIN.md, "The evaluator contract"): a kind that can judge a whole conversation gives
+``evaluate_session(parameters, inputs, outputs, session)`` or the batch form
+``evaluate_sessions(parameters, [(inputs, outputs, session)], context)``, where ``session`` is
+``{"session_id", "traces": [trace, ...], "messages": [...]}``. ``Kind.session_support`` says
+whether given parameters can (a code evaluator needs an ``evaluate_session`` entry point), and
+why not when they cannot: that reason is what people read, on a refused session rule and on
+every ``session_unsupported`` error.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evaluators.normalize import EvaluationError
 
 Trace = dict[str, Any] | None
+Session = dict[str, Any]
 EvaluateFn = Callable[[Any, dict[str, Any], Any, Trace], Any]
+EvaluateSessionFn = Callable[[Any, dict[str, Any], Any, Session], Any]
 
 
 def ui(
@@ -113,6 +123,12 @@ class Kind:
     # as {field: [reasons]} (code: syntax errors with line numbers).
     check: Callable[[Any], dict[str, list[str]]] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # Sessions: one call per session, or the batch form
+    # (parameters, [(inputs, outputs, session)], context) -> [normalize.Raw].
+    evaluate_session: EvaluateSessionFn | None = None
+    evaluate_sessions: Callable | None = None
+    # Parameters -> why these cannot judge sessions, or None (code: no evaluate_session).
+    session_problem: Callable[[Any], str | None] | None = None
 
     def parse(self, raw: dict[str, Any] | None) -> KindParameters:
         """Validate parameters, filling defaults. Raises pydantic.ValidationError."""
@@ -131,6 +147,22 @@ class Kind:
         if callable(self.outputs):
             return self.outputs(parameters)
         return self.outputs
+
+    @property
+    def judges_sessions(self) -> bool:
+        """Whether the kind has a session entry point at all (parameters may still lack one)."""
+        return self.evaluate_session is not None or self.evaluate_sessions is not None
+
+    def session_support(self, parameters: KindParameters) -> str | None:
+        """None when these parameters judge sessions; otherwise why not, in words for people."""
+        if not self.judges_sessions:
+            return (
+                f"{self.name} evaluators judge one trace at a time, not sessions. To judge a "
+                f"whole conversation use custom code with evaluate_session(inputs, outputs, "
+                f"session), an LLM judge (its prompt may read {{{{session_transcript}}}}), or an "
+                f"agent score."
+            )
+        return self.session_problem(parameters) if self.session_problem is not None else None
 
     def settings_template(self) -> dict[str, Any]:
         return self.parameters.model_json_schema()

@@ -5,11 +5,18 @@ Interface v1 (legacy; what a stored revision without ``version`` means):
 ``evaluate(app_params, inputs, output, correct_answer)`` with
 ``correct_answer = inputs[correct_answer_key]``. Return values are normalised like every other
 kind's. Evaluations of one batch go to a warm sandbox worker in one message (evaluators.sandbox).
+
+Sessions (v2 only): ``evaluate_session(inputs, outputs, session)`` (``evaluateSession`` in
+JavaScript and TypeScript) beside or instead of ``evaluate``. Whether the code has one is read
+from its text by name (``session_problem``), so a session rule can be refused when it is made;
+code that defines it some other way is still run, and one that does not define it after all
+fails each evaluation with ``session_unsupported``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,7 +84,6 @@ def _revision_key(parameters: Parameters) -> str:
 
 
 def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str, Any]) -> list[Raw]:
-    project = context.get("project")
     calls = [
         {
             "inputs": inputs,
@@ -88,6 +94,17 @@ def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str,
         }
         for inputs, outputs, trace in items
     ]
+    return _run(parameters, calls, [inputs for inputs, _, _ in items], context)
+
+
+def _run(
+    parameters: Parameters,
+    calls: list[dict],
+    inputs: list[dict],
+    context: dict[str, Any],
+    entry: str = "evaluate",
+) -> list[Raw]:
+    project = context.get("project")
     try:
         results = sandbox.run_batch(
             project_key=str(project.pk if project else "adhoc"),
@@ -97,14 +114,57 @@ def evaluate_many(parameters: Parameters, items: list[tuple], context: dict[str,
             version=_version(parameters),
             calls=calls,
             timeout_s=parameters.timeout_s,
+            entry=entry,
         )
     except sandbox.SandboxUnavailable as exc:
         error = EvaluationError(str(exc), code="sandbox_unavailable")
-        return [Raw(error=error) for _ in items]
-    return [
-        _raw(result, parameters, inputs)
-        for result, (inputs, _, _) in zip(results, items, strict=True)
+        return [Raw(error=error) for _ in calls]
+    return [_raw(result, parameters, row) for result, row in zip(results, inputs, strict=True)]
+
+
+def evaluate_sessions(
+    parameters: Parameters, items: list[tuple], context: dict[str, Any]
+) -> list[Raw]:
+    """Each (inputs, outputs, session) to ``evaluate_session``, as one batch on a warm worker."""
+    calls = [
+        {"inputs": inputs, "outputs": outputs, "session": session}
+        for inputs, outputs, session in items
     ]
+    return _run(parameters, calls, [inputs for inputs, _, _ in items], context, entry="session")
+
+
+# A definition of the session entry point, by name: def/assignment/import in Python; a function,
+# variable, or export property in JavaScript and TypeScript.
+_SESSION_ENTRY = {
+    "python": re.compile(
+        r"^[ \t]*(?:async[ \t]+)?def[ \t]+evaluate_session\b|^[ \t]*evaluate_session[ \t]*[:=]"
+        r"|\bimport\b[^\n]*\bevaluate_session\b",
+        re.M,
+    ),
+    "javascript": re.compile(r"\b(?:evaluateSession|evaluate_session)\b"),
+}
+SESSION_HINT = {
+    "python": "def evaluate_session(inputs, outputs, session)",
+    "javascript": "function evaluateSession(inputs, outputs, session)",
+    "typescript": "export function evaluateSession(inputs: any, outputs: any, session: any)",
+}
+
+
+def session_problem(parameters: Parameters) -> str | None:
+    if _version(parameters) != "2":
+        return (
+            "Interface version 1 (evaluate(app_params, inputs, output, correct_answer)) cannot "
+            "judge sessions: use interface version 2 and define "
+            f"{SESSION_HINT[parameters.runtime]}."
+        )
+    family = "python" if parameters.runtime == "python" else "javascript"
+    if not _SESSION_ENTRY[family].search(parameters.code):
+        return (
+            f"This code defines no session entry point, so it judges single traces only. To "
+            f"judge sessions, define {SESSION_HINT[parameters.runtime]} (docs/code-evaluators.md, "
+            f'"Judging a whole session").'
+        )
+    return None
 
 
 def _raw(result, parameters: Parameters, inputs: dict) -> Raw:
@@ -156,6 +216,8 @@ kind = register(
         parameters=Parameters,
         evaluate=None,
         evaluate_many=evaluate_many,
+        evaluate_sessions=evaluate_sessions,
+        session_problem=session_problem,
         outputs=None,
         check=check,
         new_defaults={"version": "2"},

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.judge import scores
-from evaluators.judge.batch import judge_many
+from evaluators.judge.batch import judge_many, judge_sessions
 from evaluators.judge.presets import CORRECTNESS, PRESETS
 from evaluators.judge.shots import expected_problem
 from evaluators.judge.templates import syntax_problems
@@ -217,6 +217,7 @@ kind = register(
         parameters=Parameters,
         evaluate=None,
         evaluate_many=judge_many,
+        evaluate_sessions=judge_sessions,
         outputs=_outputs,
         needs_model=True,
         category="llm",

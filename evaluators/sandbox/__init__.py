@@ -4,7 +4,8 @@ Public API (used by the ``code`` evaluator kind)::
 
     run_batch(project_key=..., runtime=..., code=..., revision_key=..., version=...,
               calls=[{"inputs", "outputs", "trace", "app_params", "correct_answer"}, ...],
-              timeout_s=5.0) -> list[CallResult]
+              timeout_s=5.0, entry="evaluate") -> list[CallResult]
+    (entry="session": calls are {"inputs", "outputs", "session"}, for evaluate_session)
     check_code(runtime=..., code=...) -> list[dict]
     sandbox_status() -> dict
 
@@ -71,6 +72,7 @@ class Runner(Protocol):
         version: str,
         calls: list[dict[str, Any]],
         timeout_s: float,
+        entry: str = "evaluate",
     ) -> list[CallResult]: ...
 
     def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]: ...
@@ -165,11 +167,15 @@ def run_batch(
     version: str,
     calls: list[dict[str, Any]],
     timeout_s: float = 5.0,
+    entry: str = "evaluate",
 ) -> list[CallResult]:
     """Evaluate ``calls`` with one evaluator revision; one ``CallResult`` per call, in order.
 
     ``version`` ``"2"``: ``evaluate(inputs, outputs, trace)``; ``"1"`` (legacy):
-    ``evaluate(app_params, inputs, output, correct_answer)``. ``revision_key`` identifies the code:
+    ``evaluate(app_params, inputs, output, correct_answer)``. ``entry="session"`` (version 2
+    only) calls ``evaluate_session(inputs, outputs, session)`` (``evaluateSession`` in
+    JavaScript/TypeScript) with each call's ``session``; code without it fails every call with
+    ``session_unsupported``. ``revision_key`` identifies the code:
     the same key must always mean the same code (workers compile each key once). ``timeout_s``
     bounds each call's wall-clock time. Per-call failures are results, never exceptions; the
     function raises only when the runner itself cannot run (``SandboxUnavailable``).
@@ -177,6 +183,8 @@ def run_batch(
     _check_runtime(runtime)
     if version not in ("1", "2"):
         raise ValueError(f"version must be '1' or '2', not {version!r}")
+    if entry not in ("evaluate", "session") or (entry == "session" and version != "2"):
+        raise ValueError(f"entry must be 'evaluate', or 'session' with version 2, not {entry!r}")
     config = load_config()
     return get_runner(config).run_batch(
         config=config,
@@ -187,6 +195,7 @@ def run_batch(
         version=version,
         calls=calls,
         timeout_s=timeout_s,
+        entry=entry,
     )
 
 

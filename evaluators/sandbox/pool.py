@@ -225,6 +225,7 @@ class Batch:
     results: list[CallResult | None]
     output_budget: int
     chunks: list[bytes] | None = None  # every call encoded, until the first attempt uses it
+    entry: str = "evaluate"  # or "session": the code's evaluate_session
 
 
 def run_batch(
@@ -238,11 +239,14 @@ def run_batch(
     version: str,
     calls: list[dict[str, Any]],
     timeout_s: float,
+    entry: str = "evaluate",
 ) -> list[CallResult]:
     """Run every call through the project's pool; see the module docstring for faults."""
-    args = [call_args(call, version) for call in calls]
+    args = [call_args(call, version, entry) for call in calls]
     budget = config.batch_output_limit_bytes
-    batch = Batch(code, revision_key, version, timeout_s, args, [None] * len(args), budget)
+    batch = Batch(
+        code, revision_key, version, timeout_s, args, [None] * len(args), budget, entry=entry
+    )
     pending = _encode_or_reject(batch)
     pools = _registry
     pool = pools.pool(config, project_key, runtime, sandboxed=sandboxed)
@@ -295,6 +299,7 @@ def _attempt(
             chunks=chunks or encode_chunks([batch.args[i] for i in chunk]),
             timeout_s=batch.timeout_s,
             output_budget=batch.output_budget,
+            entry=batch.entry,
         )
     finally:
         pools.checkin(pool, worker, healthy=outcome is not None and outcome.healthy)
@@ -345,8 +350,10 @@ def _abort(batch: Batch, pending: list[int], why: str | Fault) -> None:
         batch.results[index] = error_result(code, message)
 
 
-def call_args(call: dict[str, Any], version: str) -> list[Any]:
-    """The positional arguments of evaluate() for one call."""
+def call_args(call: dict[str, Any], version: str, entry: str = "evaluate") -> list[Any]:
+    """The positional arguments of evaluate() (or evaluate_session()) for one call."""
+    if entry == "session":
+        return [call.get("inputs"), call.get("outputs"), call.get("session")]
     if version == "1":
         app_params = call.get("app_params") or {}
         return [app_params, call.get("inputs"), call.get("outputs"), call.get("correct_answer")]

@@ -145,8 +145,10 @@ class WorkerProcess:
         chunks: list[bytes],
         timeout_s: float,
         output_budget: int,
+        entry: str = "evaluate",
     ) -> Outcome:
-        """Send one batch of ``count`` calls (already encoded by ``encode_chunks``).
+        """Send one batch of ``count`` calls (already encoded by ``encode_chunks``) to the
+        ``entry`` point: ``evaluate``, or ``session`` (the code's evaluate_session).
 
         ``output_budget``: bytes of results and logs the host accepts before it stops the
         worker with ``output_limit`` (a bound on the host's memory, whatever the batch size).
@@ -154,7 +156,7 @@ class WorkerProcess:
         nonce = secrets.token_hex(12)
         header = {
             "op": "batch", "nonce": nonce, "rev": revision_key, "code": code,
-            "version": version, "n": count, "runtime": self.runtime,
+            "version": version, "n": count, "runtime": self.runtime, "entry": entry,
         }  # fmt: skip
         self.diag.clear()  # a crash report should only show this batch's output
         reader = _BatchReader(nonce.encode(), count, self.config.log_limit_bytes, output_budget)

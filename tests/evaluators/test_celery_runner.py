@@ -20,7 +20,12 @@ from evaluators.apps import report_code_runner
 from evaluators.sandbox import register_runner, sandbox_status
 from evaluators.sandbox.pool import registry
 from evaluators.sandbox_celery import CeleryRunner
-from evaluators.services import evaluation_invoke, evaluations_invoke_many, evaluator_create
+from evaluators.services import (
+    evaluation_invoke,
+    evaluations_invoke_many,
+    evaluator_create,
+    session_evaluations_invoke_many,
+)
 from runs.applications import application_create
 from runs.engine import run_create, run_start
 from runs.models import Result, Run
@@ -157,6 +162,19 @@ def test_it_runs_a_batch_on_a_worker_of_the_code_queue(celery_runner, code_worke
     assert "checked Lyon" in results[1].logs
     assert f"{project.pk}/python" not in registry().stats()  # no pool in this process
     assert "code_run_batch" in code_worker.log.read_text()
+
+
+def test_it_runs_a_session_batch_on_a_worker_of_the_code_queue(celery_runner, code_worker, project):
+    code = "def evaluate_session(inputs, outputs, session):\n    return len(session['traces'])\n"
+    session = {"session_id": "s", "traces": [{"spans": {}}] * 3, "messages": []}
+    [result] = session_evaluations_invoke_many(
+        kind="code",
+        parameters={"code": code, "version": "2"},
+        items=[({}, "bye", session)],
+        project=project,
+    )
+    assert result.outputs == {"score": 3, "success": True}
+    assert f"{project.pk}/python" not in registry().stats()  # it ran on the code worker
 
 
 def test_it_brings_back_errors_and_unrepresentable_values(celery_runner, code_worker):

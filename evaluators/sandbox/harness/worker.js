@@ -158,7 +158,10 @@ function compile(code, runtime) {
   let body;
   try {
     body = vm.compileFunction(
-      `${source}\n;return typeof evaluate === "function" ? evaluate : undefined;`,
+      `${source}\n;return {` +
+        'evaluate: typeof evaluate === "function" ? evaluate : undefined,' +
+        'evaluateSession: typeof evaluateSession === "function" ? evaluateSession : ' +
+        'typeof evaluate_session === "function" ? evaluate_session : undefined};',
       ['exports', 'require', 'module', '__filename', '__dirname'],
       { filename },
     );
@@ -180,25 +183,64 @@ function instantiate(compiled) {
     return { error: failed };
   }
   const exported = module.exports;
-  const candidates = [
+  const fallback = exported && exported.default;
+  const evaluate = [
     exported && exported.evaluate,
-    exported && exported.default && exported.default.evaluate,
-    exported && exported.default,
+    fallback && fallback.evaluate,
+    fallback,
     exported,
-    local,
-  ];
-  const evaluate = candidates.find((candidate) => typeof candidate === 'function');
-  if (!evaluate) {
+    local.evaluate,
+  ].find((candidate) => typeof candidate === 'function');
+  // Sessions: evaluateSession (the JavaScript spelling), or evaluate_session, exported (also on
+  // a default export object) or a top-level function.
+  const evaluateSession = [
+    exported && exported.evaluateSession,
+    exported && exported.evaluate_session,
+    fallback && fallback.evaluateSession,
+    fallback && fallback.evaluate_session,
+    local.evaluateSession,
+  ].find((candidate) => typeof candidate === 'function');
+  if (!evaluate && !evaluateSession) {
     return {
       error: {
         code: 'compile_error',
         type: 'MissingEvaluate',
-        message: 'The code does not define an evaluate() function.',
+        message:
+          'The code does not define an evaluate() function ' +
+          '(nor evaluateSession(inputs, outputs, session), for sessions).',
         stacktrace: '',
       },
     };
   }
-  return { evaluate };
+  return { evaluate, evaluateSession };
+}
+
+// The function a batch calls, or the load error when the module does not define it.
+function entryPoint(loaded, entry) {
+  if (entry === 'session') {
+    if (loaded.evaluateSession) return { fn: loaded.evaluateSession };
+    return {
+      error: {
+        code: 'session_unsupported',
+        type: 'MissingEvaluateSession',
+        message:
+          'The code does not define evaluateSession(inputs, outputs, session), so it cannot ' +
+          'judge sessions. Define it beside evaluate() (export it, or as a top-level function).',
+        stacktrace: '',
+      },
+    };
+  }
+  if (loaded.evaluate) return { fn: loaded.evaluate };
+  return {
+    error: {
+      code: 'compile_error',
+      type: 'MissingEvaluate',
+      message:
+        'The code does not define an evaluate() function ' +
+        '(it defines only evaluateSession, which judges sessions).',
+      stacktrace: '',
+    },
+  };
 }
 
 function load(rev, code, runtime) {
@@ -207,7 +249,7 @@ function load(rev, code, runtime) {
   const compiled = compile(code, runtime);
   if (compiled.error) return compiled;
   const loaded = instantiate(compiled);
-  if (loaded.evaluate) {
+  if (!loaded.error) {
     loaded.code = code;
     evaluators.delete(rev);
     evaluators.set(rev, loaded);
@@ -398,8 +440,9 @@ function call(evaluate, args) {
 async function batch(header, reader) {
   const prefix = `R ${header.nonce} `;
   const loaded = load(header.rev, header.code, header.runtime);
-  const answer = { ok: !loaded.error };
-  if (loaded.error) answer.error = loaded.error;
+  const entry = loaded.error ? loaded : entryPoint(loaded, header.entry || 'evaluate');
+  const answer = { ok: !entry.error };
+  if (entry.error) answer.error = entry.error;
   const loadLogs = takeLogs();
   if (loadLogs) answer.logs = loadLogs;
   send(`L ${header.nonce} ${stringify(answer)}\n`);
@@ -407,9 +450,9 @@ async function batch(header, reader) {
   for (let remaining = header.n; remaining > 0; ) {
     const chunk = parse(reader.next());
     remaining -= chunk.length;
-    if (!loaded.evaluate) continue;
+    if (!entry.fn) continue;
     for (const args of chunk) {
-      let result = call(loaded.evaluate, args);
+      let result = call(entry.fn, args);
       if (typeof result !== 'string') result = await settle(result);
       send(`${prefix}${index} ${result}\n`);
       index += 1;

@@ -4,9 +4,11 @@ Started as ``worker.py RESULT_FD LOG_LIMIT RESULT_LIMIT RUNTIME`` (inside the ja
 the ``inprocess`` runner). Wire protocol, all lines are UTF-8 JSON or start with a tag:
 
 host -> worker (stdin)
-    {"op": "batch", "nonce": N, "rev": R, "code": C, "version": "1"|"2", "n": K}
+    {"op": "batch", "nonce": N, "rev": R, "code": C, "version": "1"|"2", "n": K,
+     "entry": "evaluate"|"session"}
     then lines, each a JSON array of calls, K calls in all; a call is the list of its
-    arguments (v2: inputs, outputs, trace; v1: app_params, inputs, output, correct_answer)
+    arguments (v2: inputs, outputs, trace; v1: app_params, inputs, output, correct_answer;
+    entry "session": inputs, outputs, session, passed to ``evaluate_session``)
     {"op": "check", "nonce": N, "code": C}
 
 worker -> host (RESULT_FD)
@@ -104,6 +106,11 @@ class Evaluator:
         self.module = types.ModuleType("evaluator")
         self.namespace = self.module.__dict__
         self.function = None
+        self.session_function = None
+
+    def entry(self, name: str):
+        """The function a batch calls: ``evaluate``, or ``evaluate_session`` for sessions."""
+        return self.session_function if name == "session" else self.function
 
 
 class Harness:
@@ -163,14 +170,17 @@ class Harness:
                 error["line"] = line
             return error
         function = evaluator.namespace.get("evaluate")
-        if not callable(function):
+        session_function = evaluator.namespace.get("evaluate_session")
+        if not callable(function) and not callable(session_function):
             return {
                 "code": "compile_error",
                 "type": "MissingEvaluate",
-                "message": "The code does not define an evaluate() function.",
+                "message": "The code does not define an evaluate() function (nor "
+                "evaluate_session(inputs, outputs, session), for sessions).",
                 "stacktrace": "",
             }
-        evaluator.function = function
+        evaluator.function = function if callable(function) else None
+        evaluator.session_function = session_function if callable(session_function) else None
         return None
 
     def compile_error(self, exc: BaseException) -> dict:
@@ -197,6 +207,10 @@ class Harness:
         remaining = header["n"]
         self.reset_process_state()
         evaluator, error = self.load(header["rev"], header["code"])
+        entry = header.get("entry") or "evaluate"
+        function = evaluator.entry(entry) if error is None else None
+        if error is None and function is None:
+            error = missing_entry(entry)
         loaded = {"ok": error is None}
         if error is not None:
             loaded["error"] = error
@@ -209,11 +223,13 @@ class Harness:
             chunk = _loads(self.requests.readline())
             remaining -= len(chunk)
             if error is None:
-                index = self.run_chunk(evaluator, chunk, b"R " + nonce + b" ", index)
+                index = self.run_chunk(evaluator, function, chunk, b"R " + nonce + b" ", index)
 
-    def run_chunk(self, evaluator: Evaluator, chunk: list, prefix: bytes, index: int) -> int:
+    def run_chunk(
+        self, evaluator: Evaluator, function, chunk: list, prefix: bytes, index: int
+    ) -> int:
         """Run each call of a chunk, sending its frame before starting the next one."""
-        function, call, out = evaluator.function, self.call, self.out
+        call, out = self.call, self.out
         for args in chunk:
             encoded, retire = call(function, evaluator, args)
             frame = b"%s%d %s\n" % (prefix, index, encoded)
@@ -307,6 +323,25 @@ class Harness:
         self.capture.take()
         problems = [] if error is None else [error]
         self.send(b"C %s %s\n" % (message["nonce"].encode(), _dumps(problems).encode()))
+
+
+def missing_entry(entry: str) -> dict:
+    """The load error of a batch whose entry point the module does not define."""
+    if entry == "session":
+        return {
+            "code": "session_unsupported",
+            "type": "MissingEvaluateSession",
+            "message": "The code does not define evaluate_session(inputs, outputs, session), so "
+            "it cannot judge sessions. Define it beside evaluate().",
+            "stacktrace": "",
+        }
+    return {
+        "code": "compile_error",
+        "type": "MissingEvaluate",
+        "message": "The code does not define an evaluate() function (it defines only "
+        "evaluate_session, which judges sessions).",
+        "stacktrace": "",
+    }
 
 
 def describe_unrepresentable(value, path: str = ""):
