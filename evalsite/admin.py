@@ -22,7 +22,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "max_run_cost_usd", "created_at"]
+    list_display = ["name", "slug", "max_run_cost_usd", "trace_retention_days", "created_at"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]

@@ -9,8 +9,8 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.response import Response
 
 from evalsite.health import check_all
-from evalsite.models import ApiKey, Project, Role
-from evalsite.services import api_key_create, project_spend_cap_set
+from evalsite.models import MAX_RETENTION_DAYS, ApiKey, Project, Role
+from evalsite.services import api_key_create, project_spend_cap_set, project_trace_retention_set
 
 
 class ProjectScopedMixin:
@@ -41,7 +41,17 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "slug", "name", "description", "max_run_cost_usd", "created_at", "role"]
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "description",
+            "max_run_cost_usd",
+            "trace_retention_days",
+            "trace_retention_effective_days",
+            "created_at",
+            "role",
+        ]
 
     max_run_cost_usd = serializers.DecimalField(
         max_digits=12,
@@ -51,6 +61,16 @@ class ProjectSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="Spend cap of one run (USD): runs projected over it are refused up front.",
     )
+    trace_retention_days = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The project's own trace retention in whole days (plus today); null: the site's.",
+    )
+    trace_retention_effective_days = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The retention that applies: the project's, else the site's; null: forever.",
+    )
 
     def get_role(self, project) -> str:
         return self.context["request"].role
@@ -58,7 +78,15 @@ class ProjectSerializer(serializers.ModelSerializer):
 
 class ProjectUpdateSerializer(serializers.Serializer):
     max_run_cost_usd = serializers.DecimalField(
-        max_digits=12, decimal_places=4, min_value=0, allow_null=True
+        max_digits=12, decimal_places=4, min_value=0, allow_null=True, required=False
+    )
+    trace_retention_days = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_RETENTION_DAYS,
+        allow_null=True,
+        required=False,
+        help_text="Keep traces this many whole days plus today; null: the site's setting. "
+        "`GET /api/v1/project/retention` says what would go.",
     )
 
 
@@ -74,11 +102,19 @@ class ProjectUpdateSerializer(serializers.Serializer):
 @api_view(["GET", "PATCH"])
 def current_project(request):
     """The project this key (or session) acts in, with the caller's role. Owners PATCH its
-    spend cap per run."""
+    spend cap per run and its trace retention (each field only when sent)."""
     if request.method == "PATCH":
         body = ProjectUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        project_spend_cap_set(project=request.project, **body.validated_data)
+        changes = body.validated_data
+        if "max_run_cost_usd" in changes:
+            project_spend_cap_set(
+                project=request.project, max_run_cost_usd=changes["max_run_cost_usd"]
+            )
+        if "trace_retention_days" in changes:
+            project_trace_retention_set(
+                project=request.project, trace_retention_days=changes["trace_retention_days"]
+            )
     return Response(ProjectSerializer(request.project, context={"request": request}).data)
 
 

@@ -6,12 +6,16 @@ runs to read, drill into, annotate and compare, three more tagged ``branch: main
 test-case history shows a stable, a flaky, a regressed and a fixed case, and an annotation
 queue over the first run's answers: two reviewers' answers, one item adjudicated, one waiting
 for an adjudicator, two waiting for the demo user's review (the second of theirs), gold labels
-and the reliability records they give.
+and the reliability records they give. Four conversations with a travel assistant (sent as
+spans naming their session in each of the three ways) fill the Sessions pages.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db import transaction
+from django.utils import timezone
 
 from evalsite.errors import InvalidInput
 from evalsite.models import Project, Role
@@ -21,8 +25,9 @@ from evaluators.services import evaluator_create
 from runs import review
 from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
-from runs.models import AnnotationQueue, Application, Run, Testset
+from runs.models import AnnotationQueue, Application, Run, Session, Testset
 from runs.testsets import testset_create, testset_revise
+from runs.traces import trace_ingest
 
 DEMO_USER = "demo"
 DEMO_PASSWORD = "demo"  # noqa: S105 (a local demo login, printed by the run command)
@@ -143,6 +148,7 @@ def demo_load() -> Project:
     _demo_evaluators(project, user)
     _demo_runs(project, user)
     _demo_queue(project, user)
+    _demo_sessions(project)
     return project
 
 
@@ -277,3 +283,122 @@ def _demo_queue(project, user) -> None:
     review.queue_agreement_refresh(queue=queue)
     for step in run.steps.filter(revision__isnull=False).select_related("revision"):
         review.reliability_refresh(revision=step.revision, gold_evaluator=human)
+
+
+# Conversations with the travel assistant, for the Sessions pages: (session id, how it names
+# its session, how long ago it started, its turns as (user, assistant or None for a failure)).
+DEMO_SESSIONS = [
+    (
+        "chat-7f3a-paris-trip",
+        "session_id",
+        timedelta(hours=2),
+        [
+            ("What is the capital of France?", "Paris is the capital of France."),
+            (
+                "How long is the train from there to Brussels?",
+                "About 1 hour 22 minutes by Eurostar.",
+            ),
+            ("And is Brussels the capital of Belgium?", "Yes: Brussels is Belgium's capital."),
+            ("Thanks! Which one has more museums?", "Paris, with about 130 museums."),
+        ],
+    ),
+    (
+        "chat-91c2-geography-quiz",
+        "session.id",
+        timedelta(days=1, hours=3),
+        [
+            ("Quiz me on capitals.", "Sure. What is the capital of Australia?"),
+            ("Sydney?", "Not quite: it is Canberra. Next: the capital of Canada?"),
+            ("Ottawa.", "Correct! Next: the capital of Turkey?"),
+            ("Istanbul.", "Close, but it is Ankara. Last one: the capital of Kenya?"),
+            ("Nairobi.", "Right! You scored 2 out of 4."),
+        ],
+    ),
+    (
+        "chat-b4e0-support",
+        "session.id",
+        timedelta(days=2, hours=5),
+        [
+            ("Book me a flight to the capital of Peru.", "Lima it is. Which dates?"),
+            ("Next Friday, back on Sunday.", None),
+            ("Did that work?", "Sorry, the booking service failed. Please try again later."),
+        ],
+    ),
+    (
+        "conv-5d18e2",
+        "gen_ai.conversation.id",
+        timedelta(days=4),
+        [
+            ("Was Bonn ever the capital of Germany?", "Yes, of West Germany from 1949 to 1990."),
+            ("And now?", "Berlin has been the capital since reunification in 1990."),
+        ],
+    ),
+]
+
+
+def _demo_sessions(project) -> None:
+    """Multi-turn conversations sent as spans, as an instrumented chat application would."""
+    if Session.objects.filter(project=project, session_id=DEMO_SESSIONS[0][0]).exists():
+        return
+    now = timezone.now()
+    spans: list[dict] = []
+    for session_id, field, ago, turns in reversed(DEMO_SESSIONS):  # oldest first, as they came
+        start = now - ago
+        for n, (question, answer) in enumerate(turns):
+            spans.extend(_demo_turn(session_id, field, n, start, question, answer))
+            start += timedelta(seconds=40 + 17 * n)
+    trace_ingest(project=project, spans=spans)
+
+
+def _demo_turn(session_id, field, n, start, question, answer) -> list[dict]:
+    trace_id = f"demo-{session_id}-{n + 1}"
+    named = {"session_id": session_id} if field == "session_id" else {}
+    attributes = {} if named else {field: session_id}
+    tokens_in, tokens_out = 60 + 45 * n, len(answer or "") // 4 + 5
+    end = start + timedelta(milliseconds=700 + 130 * len(question) % 900)
+    root = {
+        "trace_id": trace_id,
+        "span_id": f"{trace_id}-root",
+        "name": "travel_assistant",
+        "kind": "workflow",
+        "start_time": start.isoformat(),
+        "end_time": end.isoformat(),
+        "attributes": {
+            "ag": {"data": {"inputs": {"question": question}, "outputs": answer}},
+            **attributes,
+        },
+        **named,
+    }
+    llm = {
+        "trace_id": trace_id,
+        "span_id": f"{trace_id}-llm",
+        "parent_id": root["span_id"],
+        "name": "chat gpt-4o-mini",
+        "kind": "llm",
+        "start_time": (start + timedelta(milliseconds=40)).isoformat(),
+        "end_time": (end - timedelta(milliseconds=20)).isoformat(),
+        "attributes": {
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.input_tokens": tokens_in,
+            "gen_ai.usage.output_tokens": tokens_out,
+            "ag": {
+                "metrics": {
+                    "unit": {"costs": {"total": (tokens_in * 0.15 + tokens_out * 0.6) / 1e6}}
+                }
+            },
+        },
+    }
+    if answer is None:  # the booking tool failed, and the turn with it
+        root["status"] = "error"
+        root["status_message"] = "booking service: 503 Service Unavailable"
+        tool = {
+            **llm,
+            "span_id": f"{trace_id}-tool",
+            "name": "book_flight",
+            "kind": "tool",
+            "status": "error",
+            "status_message": "503 Service Unavailable",
+            "attributes": {"ag": {"data": {"inputs": {"to": "LIM", "out": "Fri", "back": "Sun"}}}},
+        }
+        return [root, llm, tool]
+    return [root, llm]

@@ -7,6 +7,7 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -22,6 +23,9 @@ ROLE_RANK = {Role.VIEWER: 1, Role.EDITOR: 2, Role.OWNER: 3}
 
 def role_allows(role: str | None, needed: str) -> bool:
     return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[Role(needed)]
+
+
+MAX_RETENTION_DAYS = 36500
 
 
 class ProjectQuerySet(models.QuerySet):
@@ -44,6 +48,13 @@ class Project(models.Model):
         blank=True,
         help_text="Spend cap of one run in this project: runs projected over it are refused.",
     )
+    trace_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+        help_text="Whole days (plus today) its traces are kept; empty: the site's "
+        "EVALSITE_TRACE_RETENTION_DAYS.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = ProjectQuerySet.as_manager()
@@ -53,6 +64,13 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def trace_retention_effective_days(self) -> int | None:
+        """The days its traces are kept: its own setting, else the site's (None: forever)."""
+        if self.trace_retention_days is not None:
+            return self.trace_retention_days
+        return settings.EVALSITE_TRACE_RETENTION_DAYS or None
 
     def role_of(self, user) -> str | None:
         if not user.is_authenticated:

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from evalsite.errors import InvalidInput
-from evalsite.models import ApiKey, Membership, Project, Role
+from evalsite.models import MAX_RETENTION_DAYS, ApiKey, Membership, Project, Role
 
 
 @transaction.atomic
@@ -61,4 +61,21 @@ def project_spend_cap_set(*, project: Project, max_run_cost_usd) -> Project:
         raise InvalidInput({"max_run_cost_usd": ["must be 0 or more (or empty for no cap)"]})
     Project.objects.filter(pk=project.pk).update(max_run_cost_usd=max_run_cost_usd)
     project.max_run_cost_usd = max_run_cost_usd
+    return project
+
+
+def project_trace_retention_set(*, project: Project, trace_retention_days: int | None) -> Project:
+    """Whole days (plus today) the project keeps its traces; None: the site's
+    EVALSITE_TRACE_RETENTION_DAYS. The hourly retention run applies it (docs/traces.md)."""
+    days = trace_retention_days
+    if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+        raise InvalidInput(
+            {
+                "trace_retention_days": [
+                    f"must be 1 to {MAX_RETENTION_DAYS} days (or empty for the site's setting)"
+                ]
+            }
+        )
+    Project.objects.filter(pk=project.pk).update(trace_retention_days=days)
+    project.trace_retention_days = days
     return project

@@ -145,6 +145,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tasks.units_sweep",
         "schedule": env_float("EVALSITE_UNIT_SWEEP_SECONDS", 5.0),
     },
+    # Session rules: judge the sessions that went idle (runs/online/sessions.py). The period only
+    # sets how late after the idle time a session is judged, never whether it is.
+    "sweep-sessions": {
+        "task": "runs.tasks.ingest_sessions_sweep",
+        "schedule": env_float("EVALSITE_SESSION_SWEEP_SECONDS", 30.0),
+    },
+    # Span partitions for the coming days, then retention (runs/traces/partitions.py). Both
+    # take PostgreSQL advisory locks, so a second beat running them at once does no harm.
+    "partitions-ensure": {"task": "runs.tasks.partitions_ensure", "schedule": 3600.0},
+    "traces-retention": {"task": "runs.tasks.traces_retention", "schedule": 3600.0},
 }
 
 # --- Auth, sessions, security ------------------------------------------------------------------
@@ -269,12 +279,20 @@ EVALSITE_MODELS_ALLOW_PRIVATE = env_bool("EVALSITE_MODELS_ALLOW_PRIVATE", defaul
 EVALSITE_ALIGNMENT_MAX_CALLS = env_int("EVALSITE_ALIGNMENT_MAX_CALLS", 2000, minimum=2)
 EVALSITE_ONLINE_DELAY_SECONDS = env_int("EVALSITE_ONLINE_DELAY_SECONDS", 5, minimum=0)
 EVALSITE_ONLINE_CHUNK_SIZE = env_int("EVALSITE_ONLINE_CHUNK_SIZE", 50, minimum=1)
+EVALSITE_SESSION_SWEEP_SECONDS = env_float("EVALSITE_SESSION_SWEEP_SECONDS", 30.0)
+EVALSITE_SESSION_SWEEP_LIMIT = env_int("EVALSITE_SESSION_SWEEP_LIMIT", 200, minimum=1)
 EVALSITE_TESTSET_MAX_BYTES = env_int("EVALSITE_TESTSET_MAX_BYTES", 50 * 1024 * 1024, minimum=1024)
 EVALSITE_TESTSET_MAX_ROWS = env_int("EVALSITE_TESTSET_MAX_ROWS", 100_000, minimum=1)
 EVALSITE_TRACE_MAX_SPANS = env_int("EVALSITE_TRACE_MAX_SPANS", 10_000, minimum=1)
 EVALSITE_TRACE_MAX_ATTRIBUTES_BYTES = env_int(
     "EVALSITE_TRACE_MAX_ATTRIBUTES_BYTES", 1024 * 1024, minimum=1024
 )
+# Spans live in one partition per UTC day (runs/traces/partitions.py says why daily). A project
+# keeps its traces this many whole days plus today unless it sets its own; 0 or unset: forever.
+EVALSITE_TRACE_RETENTION_DAYS = env_int("EVALSITE_TRACE_RETENTION_DAYS", 0, minimum=0) or None
+# Days of partitions the beat keeps created beyond today; spans of a day without one land in
+# the default partition (never refused), so this is how long beat may be down without effect.
+EVALSITE_PARTITIONS_AHEAD = env_int("EVALSITE_PARTITIONS_AHEAD", 7, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -26,6 +26,11 @@ urlpatterns = [
     path("p/<slug:slug>/settings/", views.project_settings, name="project-settings"),
     path("p/<slug:slug>/settings/spend-cap", views.project_spend_cap, name="project-spend-cap"),
     path(
+        "p/<slug:slug>/settings/trace-retention",
+        views.project_trace_retention,
+        name="project-trace-retention",
+    ),
+    path(
         "p/<slug:slug>/settings/keys/<int:key_id>/revoke",
         views.api_key_revoke,
         name="api-key-revoke",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import wraps
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,8 +17,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from evalsite.access import project_role_needed
-from evalsite.models import Project, Role, role_allows
-from evalsite.services import api_key_create, project_create, project_spend_cap_set
+from evalsite.models import MAX_RETENTION_DAYS, Project, Role, role_allows
+from evalsite.services import (
+    api_key_create,
+    project_create,
+    project_spend_cap_set,
+    project_trace_retention_set,
+)
 
 
 def project_view(view=None):
@@ -94,6 +100,17 @@ class SpendCapForm(forms.Form):
     )
 
 
+class RetentionForm(forms.Form):
+    trace_retention_days = forms.IntegerField(
+        label="Keep traces for (days)",
+        required=False,
+        min_value=1,
+        max_value=MAX_RETENTION_DAYS,
+        help_text="Whole days, plus today; older traces, their spans and the annotations on "
+        "them are deleted every hour. Empty: the site's setting.",
+    )
+
+
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.EDITOR)
@@ -114,6 +131,10 @@ def project_settings(request, project):
         "memberships": project.memberships.select_related("user").order_by("user__username"),
         "can_manage": role_allows(request.role, Role.OWNER),
         "spend_form": SpendCapForm(initial={"max_run_cost_usd": project.max_run_cost_usd}),
+        "retention_form": RetentionForm(
+            initial={"trace_retention_days": project.trace_retention_days}
+        ),
+        "site_retention_days": settings.EVALSITE_TRACE_RETENTION_DAYS,
     }
     return render(request, "projects/settings.html", context)
 
@@ -128,6 +149,20 @@ def project_spend_cap(request, project):
         project_spend_cap_set(project=project, **form.cleaned_data)
         cap = form.cleaned_data["max_run_cost_usd"]
         messages.success(request, f"Spend cap per run: {'none' if cap is None else f'${cap}'}.")
+    return redirect("project-settings", slug=project.slug)
+
+
+@require_POST
+@project_view
+def project_trace_retention(request, project):
+    form = RetentionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "; ".join(e for errors in form.errors.values() for e in errors))
+    else:
+        project_trace_retention_set(project=project, **form.cleaned_data)
+        days = project.trace_retention_effective_days
+        kept = "forever" if days is None else f"{days} days plus today"
+        messages.success(request, f"Traces are kept {kept}.")
     return redirect("project-settings", slug=project.slug)
 
 

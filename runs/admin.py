@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
 from evalsite.admin import pretty_json
 from evalsite.errors import InvalidInput
@@ -20,6 +21,8 @@ from runs.models import (
     RunMetrics,
     RunStep,
     Scenario,
+    Session,
+    SessionRuleState,
     Span,
     Testcase,
     Testset,
@@ -118,6 +121,33 @@ class TraceAdmin(ReadOnlyAdmin):
     list_filter = ["status", "source", "project"]
     search_fields = ["trace_id", "name"]
     inlines = [SpanInline]
+
+
+@admin.register(Session)
+class SessionAdmin(ReadOnlyAdmin):
+    """Sums of traces, recomputed at every ingest (runs.traces.sessions): read, never edit."""
+
+    list_display = [
+        "session_id",
+        "project",
+        "trace_count",
+        "status",
+        "duration_ms",
+        "tokens",
+        "cost",
+        "start_time",
+        "last_activity",
+    ]
+    list_filter = ["status", "project", "last_activity"]
+    list_select_related = ["project"]
+    search_fields = ["session_id"]
+    readonly_fields = ["traces"]
+
+    @admin.display(description="Traces")
+    def traces(self, obj):
+        url = reverse("admin:runs_trace_changelist")
+        query = urlencode({"project__id__exact": obj.project_id, "session_id": obj.session_id})
+        return format_html('<a href="{}?{}">{} traces</a>', url, query, obj.trace_count)
 
 
 @admin.register(Span)
@@ -327,10 +357,22 @@ class RunMetricsAdmin(ReadOnlyAdmin):
 
 @admin.register(OnlineRule)
 class OnlineRuleAdmin(admin.ModelAdmin):
-    list_display = ["name", "project", "revision", "sampling_rate", "active", "paused_reason"]
-    list_filter = ["active", "project"]
+    list_display = [
+        "name",
+        "project",
+        "revision",
+        "target",
+        "sampling_rate",
+        "active",
+        "paused_reason",
+    ]
+    list_filter = ["active", "target", "project"]
     search_fields = ["name"]
     actions = ["backfill_last_24h"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A rule's live run holds trace or session scenarios: its target is fixed once made.
+        return ["target", "sessions_swept_until"] if obj is not None else ["sessions_swept_until"]
 
     @admin.action(description="Re-run rule over the last 24 h")
     def backfill_last_24h(self, request, queryset):
@@ -352,6 +394,16 @@ class OnlineRuleAdmin(admin.ModelAdmin):
                     request,
                     f"{rule}: {progress['queued']} of {progress['total']} matching traces queued.",
                 )
+
+
+@admin.register(SessionRuleState)
+class SessionRuleStateAdmin(ReadOnlyAdmin):
+    """What each session rule last judged of each session (the sweep claims these rows)."""
+
+    list_display = ["rule", "session", "evaluated_activity", "evaluated_traces", "fired_at"]
+    list_select_related = ["rule", "session"]
+    search_fields = ["session__session_id", "rule__name"]
+    raw_id_fields = ["session", "scenario"]
 
 
 @admin.register(InferredSchema)

@@ -45,6 +45,11 @@ def online_chunk_size() -> int:
     return int(_get("EVALSITE_ONLINE_CHUNK_SIZE", 50))
 
 
+def session_sweep_limit() -> int:
+    """Sessions one session rule judges per sweep at most: a flood is spread over sweeps."""
+    return int(_get("EVALSITE_SESSION_SWEEP_LIMIT", 200))
+
+
 def testset_max_bytes() -> int:
     return int(_get("EVALSITE_TESTSET_MAX_BYTES", 50 * 1024 * 1024))
 
@@ -64,6 +69,11 @@ def trace_max_attributes_bytes() -> int:
 def trace_max_body_bytes() -> int:
     body = int(_get("EVALSITE_TRACE_MAX_BODY_BYTES", settings.EVALSITE_MAX_BODY_BYTES))
     return min(body, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or body)
+
+
+def partitions_ahead() -> int:
+    """Daily span partitions kept created beyond today (docs/traces.md)."""
+    return int(_get("EVALSITE_PARTITIONS_AHEAD", 7))
 
 
 def code_runner() -> str:

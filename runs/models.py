@@ -144,6 +144,8 @@ class Trace(models.Model):
                 condition=~Q(session_id=""),
                 name="trace_session",
             ),
+            # Retention finds a project's traces older than its cutoff by this.
+            models.Index(fields=["project", "created_at"], name="trace_created"),
         ]
 
     def __str__(self) -> str:
@@ -207,7 +209,11 @@ class Session(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "session_id"], name="session_unique_id")
         ]
-        indexes = [models.Index(fields=["project", "-last_activity"])]
+        indexes = [
+            models.Index(fields=["project", "-last_activity"]),
+            # Session rules find the sessions nothing arrived for since a moment (server time).
+            models.Index(fields=["project", "updated_at"], name="session_arrival"),
+        ]
 
     def __str__(self) -> str:
         return self.session_id
@@ -475,7 +481,15 @@ class Scenario(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
-        help_text="Online runs: the trace this scenario evaluates.",
+        help_text="Online runs: the trace this scenario evaluates (a session's last trace).",
+    )
+    session = models.ForeignKey(
+        Session,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Session rules: the session this scenario evaluates, as of its trace.",
     )
     status = models.CharField(
         max_length=16, choices=ScenarioStatus.choices, default=ScenarioStatus.PENDING
@@ -487,9 +501,11 @@ class Scenario(models.Model):
         ordering = ["index"]
         constraints = [
             models.UniqueConstraint(fields=["run", "index"], name="scenario_unique_index"),
+            # A trace is evaluated once per run; a session rule's scenarios may share their last
+            # trace (a session judged again), their state row keeps them from doubling instead.
             models.UniqueConstraint(
                 fields=["run", "trace"],
-                condition=Q(trace__isnull=False),
+                condition=Q(trace__isnull=False, session__isnull=True),
                 name="scenario_unique_trace",
             ),
         ]
@@ -709,8 +725,14 @@ class InferredSchema(models.Model):
 # --- online evaluation ------------------------------------------------------------------------
 
 
+class RuleTarget(models.TextChoices):
+    TRACE = "trace", "Traces"
+    SESSION = "session", "Sessions"
+
+
 class OnlineRule(models.Model):
-    """Evaluate new traces matching a filter with an evaluator revision, sampled by trace id."""
+    """Evaluate new traces matching a filter with an evaluator revision, sampled by trace id;
+    or, targeting sessions, each session once it has been idle for ``idle_seconds``."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="online_rules")
     name = models.CharField(max_length=200)
@@ -732,6 +754,20 @@ class OnlineRule(models.Model):
         help_text="The live run whose scenarios are the evaluated traces.",
     )
     bucket_seconds = models.PositiveIntegerField(default=3600)
+    target = models.CharField(
+        max_length=16,
+        choices=RuleTarget.choices,
+        default=RuleTarget.TRACE,
+        help_text="What one evaluation judges: a trace, or a whole session. Fixed for life.",
+    )
+    idle_seconds = models.PositiveIntegerField(
+        default=900, help_text="Session rules: judge a session once nothing arrived this long."
+    )
+    sessions_swept_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Session rules: sessions whose spans all arrived by then have been decided.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -744,6 +780,32 @@ class OnlineRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def for_sessions(self) -> bool:
+        return self.target == RuleTarget.SESSION
+
+
+class SessionRuleState(models.Model):
+    """What a session rule last judged of a session: claimed with one conditional upsert, so a
+    session is judged once per idle period whatever the number of sweeps, hosts or workers."""
+
+    rule = models.ForeignKey(OnlineRule, on_delete=models.CASCADE, related_name="session_states")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    evaluated_activity = models.DateTimeField(help_text="The session's last_activity then.")
+    evaluated_traces = models.PositiveIntegerField(help_text="Its trace_count then.")
+    scenario = models.ForeignKey(
+        Scenario, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    fired_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "session"], name="session_rule_state_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}/{self.session_id} @ {self.evaluated_activity}"
 
 
 # --- annotation queues ------------------------------------------------------------------------

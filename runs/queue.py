@@ -16,7 +16,7 @@ from evalsite.celery import app as celery_app
 from evalsite.redis_client import client as redis_client
 from evalsite.redis_client import site_key
 from runs import conf
-from runs.models import AnnotationQueue, OnlineRule
+from runs.models import AnnotationQueue, OnlineRule, RuleTarget
 
 logger = logging.getLogger(__name__)
 _IMPORTING = threading.Lock()
@@ -132,7 +132,9 @@ def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
 
     def queue() -> None:
         if not (
-            OnlineRule.objects.filter(project_id=project_id, active=True).exists()
+            OnlineRule.objects.filter(
+                project_id=project_id, active=True, target=RuleTarget.TRACE
+            ).exists()
             or AnnotationQueue.objects.filter(
                 project_id=project_id, archived=False, trace_filter__isnull=False
             ).exists()
@@ -152,6 +154,11 @@ def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
 
 def online_evaluate(rule_id: int, trace_ids: list[int]) -> None:
     send("runs.tasks.ingest_online_evaluate", (rule_id, trace_ids))
+
+
+def online_evaluate_sessions(rule_id: int, session_ids: list[int]) -> None:
+    """A session rule's backfill chunk (``Session`` primary keys)."""
+    send("runs.tasks.ingest_online_evaluate_sessions", (rule_id, session_ids))
 
 
 def _debounced(name: str, key: str, args: tuple) -> None:

@@ -9,8 +9,8 @@ from django.db.models import Q, QuerySet
 
 from evalsite.jsonpaths import dig
 from evalsite.models import Project
-from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Span
-from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
+from runs.models import Annotation, Result, Run, RunMetrics, Scenario, Trace
+from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict, trace_spans
 
 OUTPUTS_PREFIX = "attributes.ag.data.outputs"
 
@@ -123,11 +123,10 @@ def scenario_rows(run: Run, scenarios: list[Scenario], repeat_idx: int = 0) -> l
         if result.repeat_idx == repeat_idx or key not in cells:
             cells[key] = result
     trace_ids = [r.trace_id for r in cells.values() if r.trace_id]
+    traces = Trace.objects.filter(pk__in=trace_ids).only("created_at")  # their spans' days
     roots = {
         s.trace_id: s.attributes
-        for s in Span.objects.filter(trace_id__in=trace_ids, parent_id="").only(
-            "trace_id", "attributes"
-        )
+        for s in trace_spans(traces).filter(parent_id="").only("trace_id", "attributes")
     }
     annotation_ids = [r.annotation_id for r in cells.values() if r.annotation_id]
     outputs = dict(Annotation.objects.filter(pk__in=annotation_ids).values_list("pk", "outputs"))

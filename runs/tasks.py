@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from runs import engine, online, review
+from runs import engine, online, review, traces
 from runs import queue as work
 from runs.metrics import backfill
 
@@ -66,6 +66,17 @@ def ingest_online_evaluate(rule_id: int, trace_ids: list[int]) -> int:
     return online.online_evaluate_ids(rule_id=rule_id, trace_ids=trace_ids)
 
 
+@shared_task(acks_late=True)
+def ingest_sessions_sweep() -> dict[str, int]:
+    """Beat: session rules judge the sessions that went idle (two beats at once are harmless)."""
+    return online.online_sessions_sweep()
+
+
+@shared_task(acks_late=True, **RETRY)
+def ingest_online_evaluate_sessions(rule_id: int, session_ids: list[int]) -> int:
+    return online.online_evaluate_session_ids(rule_id=rule_id, session_ids=session_ids)
+
+
 # --- annotation queues and reliability -----------------------------------------------------------
 
 
@@ -78,3 +89,18 @@ def queue_agreement_refresh(queue_id: int) -> None:
 @shared_task(acks_late=True, **RETRY)
 def reliability_refresh(project_id: int, trace_ids: list[int]) -> int:
     return review.reliability_refresh_for_traces(project_id=project_id, trace_ids=trace_ids)
+
+
+# --- span partitions and retention (beat; both take advisory locks, so two beats are harmless) ---
+
+
+@shared_task(acks_late=True, **RETRY)
+def partitions_ensure() -> dict[str, list[str]]:
+    ensured = traces.partitions_ensure()
+    return {"created": ensured.created, "blocked": ensured.blocked}
+
+
+# Batches commit one by one: a run stopped by its time limit resumes at the next beat.
+@shared_task(acks_late=True, soft_time_limit=3300, time_limit=3600)
+def traces_retention() -> dict:
+    return traces.retention_apply().as_dict()

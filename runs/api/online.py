@@ -18,7 +18,7 @@ from evalsite.errors import InvalidInput
 from evalsite.rest import CursorPagination
 from evaluators import selectors as evaluator_selectors
 from runs import online
-from runs.models import OnlineRule
+from runs.models import OnlineRule, RuleTarget
 
 TAGS = ["online"]
 RULE_ID = OpenApiParameter("rule_id", int, OpenApiParameter.PATH)
@@ -41,7 +41,9 @@ class RuleFilterSerializer(serializers.Serializer):
 class BackfillProgressSerializer(serializers.Serializer):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
-    total = serializers.IntegerField(help_text="Matching, sampled traces in the window.")
+    total = serializers.IntegerField(
+        help_text="Matching, sampled traces in the window (session rules: idle sessions)."
+    )
     queued = serializers.IntegerField(help_text="Of them, not evaluated when it started.")
     evaluated = serializers.IntegerField()
     percent = serializers.FloatField()
@@ -70,6 +72,8 @@ class OnlineRuleSerializer(serializers.ModelSerializer):
             "filter",
             "sampling_rate",
             "bucket_seconds",
+            "target",
+            "idle_seconds",
             "active",
             "paused_reason",
             "run",
@@ -111,6 +115,18 @@ class OnlineRuleCreateSerializer(serializers.Serializer):
     sampling_rate = serializers.FloatField(required=False, default=1.0)
     bucket_seconds = serializers.IntegerField(required=False, default=3600)
     active = serializers.BooleanField(required=False, default=True)
+    target = serializers.ChoiceField(
+        choices=RuleTarget.choices,
+        required=False,
+        default=RuleTarget.TRACE,
+        help_text="trace: each matching trace; session: each matching session once it is idle.",
+    )
+    idle_seconds = serializers.IntegerField(
+        required=False,
+        default=online.IDLE_DEFAULT_SECONDS,
+        help_text="Session rules: judge a session once nothing of it arrived this long "
+        "(10 s to 7 days).",
+    )
 
 
 class OnlineRuleUpdateSerializer(serializers.Serializer):
@@ -118,6 +134,7 @@ class OnlineRuleUpdateSerializer(serializers.Serializer):
     filter = serializers.JSONField(required=False, help_text="{name, attributes, since, until}")
     sampling_rate = serializers.FloatField(required=False)
     bucket_seconds = serializers.IntegerField(required=False)
+    idle_seconds = serializers.IntegerField(required=False, help_text="Session rules.")
 
 
 class PauseSerializer(serializers.Serializer):
@@ -177,7 +194,10 @@ def _rule_body(request, rule_id) -> Response:
 @api_view(["GET", "POST"])
 def rules(request):
     """Online rules: an evaluator + a trace filter + a sampling rate (by trace id). New matching
-    traces are evaluated shortly after they arrive; human and feedback evaluators are refused."""
+    traces are evaluated shortly after they arrive; human and feedback evaluators are refused.
+    With `target: "session"`, each matching session (sampled by session id) is judged once it has
+    been idle for `idle_seconds`, and again after it resumes; its evaluator must judge sessions
+    (else 400 on `revision`)."""
     if request.method == "POST":
         body = OnlineRuleCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -190,6 +210,8 @@ def rules(request):
             sampling_rate=data["sampling_rate"],
             bucket_seconds=data["bucket_seconds"],
             active=data["active"],
+            target=data["target"],
+            idle_seconds=data["idle_seconds"],
             author=request.user,
         )
         return Response(
@@ -225,8 +247,9 @@ def rules(request):
 )
 @api_view(["GET", "PATCH", "DELETE"])
 def rule_detail(request, rule_id):
-    """One rule. PATCH changes what it matches from now on (the evaluator is fixed: make a new
-    rule for another one). DELETE keeps its live run, closed, with its metrics."""
+    """One rule. PATCH changes what it matches from now on (the evaluator and the target are
+    fixed: make a new rule for another one). DELETE keeps its live run, closed, with its
+    metrics."""
     rule = _rule_or_404(request, rule_id)
     if request.method == "DELETE":
         online.online_rule_delete(rule=rule)

@@ -585,7 +585,7 @@ def _item_body(request, item: QueueItem) -> dict:
 
 def _root_data(item: QueueItem) -> dict:
     """The root span's `ag.data` ({inputs, outputs, ...}): what the reviewer judges."""
-    spans = Span.objects.filter(trace_id=item.trace_id)
+    spans = Span.objects.filter(trace_id=item.trace_id, trace_time=item.trace.created_at)
     root = item.trace.root_span_id
     attributes = (
         (spans.filter(span_id=root) if root else spans.filter(parent_id="").order_by("start_time"))

@@ -301,15 +301,15 @@ def _outputs_column(application: Application | None) -> str | None:
 def _completion_tokens(revision: EvaluatorRevision, parsed) -> tuple[int, str]:
     """Answer tokens per call: the mean of the revision's recent calls, else max_tokens, else a
     guess; with where the figure came from."""
-    traces = list(
+    calls = list(
         Annotation.objects.filter(revision=revision, judge_trace__isnull=False)
         .order_by("-id")
-        .values_list("judge_trace_id", flat=True)[:HISTORY_CALLS]
+        .values_list("judge_trace_id", "judge_trace__created_at")[:HISTORY_CALLS]
     )
     per_trace: dict[int, float] = {}
-    spans = Span.objects.filter(trace_id__in=traces).values_list(
-        "trace_id", "attributes__ag__metrics__unit__tokens__completion"
-    )
+    spans = Span.objects.filter(  # the traces' days: their spans' partitions (docs/traces.md)
+        trace_id__in=[pk for pk, _ in calls], trace_time__in={at for _, at in calls}
+    ).values_list("trace_id", "attributes__ag__metrics__unit__tokens__completion")
     for trace_id, tokens in spans:  # a call's repairs are spans of its trace: they add up
         if isinstance(tokens, int | float) and not isinstance(tokens, bool):
             per_trace[trace_id] = per_trace.get(trace_id, 0) + tokens

@@ -1,4 +1,5 @@
-"""Online evaluation: rules over production traces (docs/online.md)."""
+"""Online evaluation: rules over production traces (docs/online.md), and production replayed
+as a testset (docs/replay.md)."""
 
 from runs.online.backfill import online_backfill, online_backfill_progress
 from runs.online.evaluate import (
@@ -9,8 +10,25 @@ from runs.online.evaluate import (
     online_unit_process,
     online_units_plan,
 )
+from runs.online.replay import (
+    REPLAY_DEFAULT_LIMIT,
+    REPLAY_MAX_LIMIT,
+    REPLAY_SOURCES,
+    Preview,
+    Replay,
+    ReplayFilters,
+    production_application,
+    replay_create,
+    replay_filters_parse,
+    replay_limit_check,
+    replay_preview,
+    replay_runs,
+)
 from runs.online.rules import (
     BUCKET_CHOICES,
+    IDLE_DEFAULT_SECONDS,
+    IDLE_MAX_SECONDS,
+    IDLE_MIN_SECONDS,
     ONLINE_SOURCES,
     RuleFilter,
     filter_parse,
@@ -26,10 +44,28 @@ from runs.online.rules import (
     traces_matching,
     traces_sampled,
 )
+from runs.online.sessions import (
+    online_evaluate_session_ids,
+    online_evaluate_sessions,
+    online_sessions_sweep,
+    session_candidates,
+    session_rule_sweep,
+    sessions_matching,
+    sessions_sampled,
+)
 
 __all__ = [
     "BUCKET_CHOICES",
+    "IDLE_DEFAULT_SECONDS",
+    "IDLE_MAX_SECONDS",
+    "IDLE_MIN_SECONDS",
     "ONLINE_SOURCES",
+    "REPLAY_DEFAULT_LIMIT",
+    "REPLAY_MAX_LIMIT",
+    "REPLAY_SOURCES",
+    "Preview",
+    "Replay",
+    "ReplayFilters",
     "RuleFilter",
     "filter_parse",
     "online_backfill",
@@ -37,6 +73,8 @@ __all__ = [
     "online_buckets",
     "online_dispatch",
     "online_evaluate_ids",
+    "online_evaluate_session_ids",
+    "online_evaluate_sessions",
     "online_evaluate_traces",
     "online_rule_create",
     "online_rule_delete",
@@ -45,10 +83,21 @@ __all__ = [
     "online_rule_resume",
     "online_rule_update",
     "online_sampled",
+    "online_sessions_sweep",
     "online_unit_process",
     "online_units_plan",
+    "production_application",
+    "replay_create",
+    "replay_filters_parse",
+    "replay_limit_check",
+    "replay_preview",
+    "replay_runs",
     "rule_candidates",
     "rule_slug",
+    "session_candidates",
+    "session_rule_sweep",
+    "sessions_matching",
+    "sessions_sampled",
     "traces_matching",
     "traces_sampled",
 ]

@@ -1,5 +1,5 @@
-"""Online evaluation: matching freshly ingested traces against live rules, evaluating them in
-batches, and the rule's bucketed metrics."""
+"""Online evaluation: matching freshly ingested traces against live rules, evaluating them (or a
+session rule's sessions) in batches, and the rule's bucketed metrics."""
 
 from __future__ import annotations
 
@@ -12,32 +12,39 @@ from django.utils import timezone
 
 from evalsite.errors import InvalidInput
 from evaluators.models import ModelConnection
-from evaluators.services import Evaluation, evaluations_invoke_many
+from evaluators.services import (
+    Evaluation,
+    evaluations_invoke_many,
+    session_evaluations_invoke_many,
+)
 from runs import conf, engine, queue
 from runs.models import (
     Lane,
     OnlineRule,
     Result,
     ResultStatus,
+    RuleTarget,
     Run,
     RunMetrics,
     RunStatus,
     Scenario,
-    Span,
     StepType,
     Trace,
     UnitStatus,
     WorkUnit,
 )
 from runs.online.rules import FINAL_SCENARIO, online_rule_pause, rule_candidates
-from runs.traces import trace_dict
+from runs.traces import trace_dict, trace_spans
+from runs.traces.sessions import messages as session_messages
+from runs.traces.sessions import session_dict, session_traces
 
 logger = logging.getLogger(__name__)
 
 
 def _rules_live(project_id: int) -> QuerySet[OnlineRule]:
+    """The project's live trace rules (session rules wait for their sessions to go idle)."""
     return OnlineRule.objects.filter(
-        project_id=project_id, active=True, run__status=RunStatus.RUNNING
+        project_id=project_id, active=True, run__status=RunStatus.RUNNING, target=RuleTarget.TRACE
     ).select_related("project", "run", "revision__evaluator")
 
 
@@ -47,11 +54,11 @@ def online_dispatch(*, project_id: int, trace_ids: list[int]) -> int:
     traces = Trace.objects.filter(project_id=project_id, pk__in=trace_ids)
     queued = 0
     for rule in _rules_live(project_id):
-        queued += _units_send(online_units_plan(rule=rule, traces=traces))
+        queued += units_send(online_units_plan(rule=rule, traces=traces))
     return queued
 
 
-def _units_send(units: list[WorkUnit]) -> int:
+def units_send(units: list[WorkUnit]) -> int:
     """A message per unit (after the commit); returns how many scenarios they cover."""
     for unit in units:
         queue.units_work(unit.run_id, unit.lane)
@@ -66,10 +73,10 @@ def evaluations_queue(rule: OnlineRule, ids: list[int]) -> None:
 
 def online_evaluate_ids(*, rule_id: int, trace_ids: list[int]) -> int:
     """A backfill chunk: units for the traces, sent to the workers of their lane."""
-    rule = _rule_live(rule_id)
-    if rule is None:
+    rule = rule_live(rule_id)
+    if rule is None or rule.for_sessions:
         return 0
-    return _units_send(online_units_plan(rule=rule, traces=Trace.objects.filter(pk__in=trace_ids)))
+    return units_send(online_units_plan(rule=rule, traces=Trace.objects.filter(pk__in=trace_ids)))
 
 
 def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
@@ -77,10 +84,16 @@ def online_evaluate_traces(*, rule: OnlineRule, traces) -> int:
     evaluated yet: their scenarios and work units are made, then the units are claimed and
     computed here like any worker would (a unit someone else holds is left to them). Returns
     the number of cells written. A paused rule evaluates nothing."""
-    rule = _rule_live(rule.pk)
+    rule = rule_live(rule.pk)
     if rule is None or _pause_if_connection_failing(rule):
         return 0
     online_units_plan(rule=rule, traces=traces)
+    return units_work_here(rule)
+
+
+def units_work_here(rule: OnlineRule) -> int:
+    """Claim and compute the rule's queued units in this process, like a worker would (a unit
+    someone else holds is left to them). Returns the cells written."""
     written = 0
     process = online_unit_process
     while (
@@ -94,6 +107,8 @@ def online_units_plan(*, rule: OnlineRule, traces) -> list[WorkUnit]:
     """Scenarios for the traces the rule takes that have none yet, and one queued work unit per
     chunk of them (on the llm lane for model judges, else ingest). A trace that already has a
     scenario is its unit's business: duplicated dispatches make nothing twice."""
+    if rule.for_sessions:
+        return []
     ids = [t.pk for t in traces]
     found = list(
         rule_candidates(rule, Trace.objects.filter(pk__in=ids)).order_by("start_time", "pk")
@@ -103,7 +118,8 @@ def online_units_plan(*, rule: OnlineRule, traces) -> list[WorkUnit]:
     return _scenarios_ensure(rule, found, _root_attributes(found))
 
 
-def _rule_live(rule_id: int) -> OnlineRule | None:
+def rule_live(rule_id: int) -> OnlineRule | None:
+    """The rule, when it is active and its live run is running (else None: do nothing)."""
     rule = (
         OnlineRule.objects.select_related("project", "run", "revision__evaluator")
         .filter(pk=rule_id)
@@ -116,7 +132,7 @@ def _rule_live(rule_id: int) -> OnlineRule | None:
 
 def online_unit_process(*, unit: WorkUnit, owner: str) -> int:
     """Compute a claimed unit of an online run: the rule's evaluator over its scenarios' traces."""
-    rule = _rule_live(
+    rule = rule_live(
         OnlineRule.objects.filter(run_id=unit.run_id).values_list("pk", flat=True).first() or 0
     )
     if rule is None or _pause_if_connection_failing(rule):
@@ -125,10 +141,10 @@ def online_unit_process(*, unit: WorkUnit, owner: str) -> int:
     scenarios = list(
         Scenario.objects.filter(run_id=unit.run_id, index__gte=unit.first, index__lte=unit.last)
         .exclude(status__in=FINAL_SCENARIO)
-        .select_related("trace")
+        .select_related("trace", "session")
         .order_by("index")
     )
-    roots = _root_attributes([s.trace for s in scenarios])
+    roots = _root_attributes([s.trace for s in scenarios if s.trace is not None])
     cells = _cells(rule, scenarios, roots) if scenarios else []
     written = engine.cells_write(rule.run, scenarios, cells, unit=unit, owner=owner).cells
     engine.unit_complete(unit=unit, owner=owner)
@@ -155,9 +171,8 @@ def _pause_if_connection_failing(rule: OnlineRule) -> bool:
 def _root_attributes(traces: list[Trace]) -> dict[int, dict]:
     """The attributes of each trace's root span (one query)."""
     wanted = {(t.pk, t.root_span_id) for t in traces}
-    spans = Span.objects.filter(trace_id__in=[t.pk for t in traces], parent_id="").values_list(
-        "trace_id", "span_id", "attributes"
-    )
+    spans = trace_spans(traces).filter(parent_id="")
+    spans = spans.values_list("trace_id", "span_id", "attributes")
     return {pk: attributes for pk, span_id, attributes in spans if (pk, span_id) in wanted}
 
 
@@ -171,48 +186,57 @@ def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> lis
     that evaluate them, created under the run's row lock so indexes never collide and a trace
     never gets two scenarios. Returns the new units (queued; their messages go on commit)."""
     run = rule.run
-    input_key = run.steps.filter(type=StepType.INPUT).values_list("key", flat=True).first()
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run.pk).first()
         by_trace = {s.trace_id: s for s in Scenario.objects.filter(run=run, trace__in=traces)}
         missing = [t for t in traces if t.pk not in by_trace]
-        if missing:
-            last = run.scenarios.aggregate(last=Max("index"))["last"]
-            first = 0 if last is None else last + 1
-            now = timezone.now()
-            created = Scenario.objects.bulk_create(
-                Scenario(
-                    project_id=run.project_id,
-                    run=run,
-                    index=first + i,
-                    trace=trace,
-                    inputs=_ag_data(roots.get(trace.pk)).get("inputs") or {},
-                    # Buckets group scenarios by this: when the trace happened, not when it was
-                    # evaluated, so a backfill fills the past buckets.
-                    created_at=trace.start_time or now,
-                    updated_at=now,
-                )
-                for i, trace in enumerate(missing)
-            )
-            Result.objects.bulk_create(
-                Result(
-                    project_id=run.project_id,
-                    run=run,
-                    scenario=scenario,
-                    step_key=input_key,
-                    status=ResultStatus.SUCCESS,
-                    trace=scenario.trace,
-                    updated_at=now,
-                )
-                for scenario in created
-            )
-            Run.objects.filter(pk=run.pk).update(
-                scenario_count=F("scenario_count") + len(created),
-                total_cells=F("total_cells") + 2 * len(created),
-            )
-            engine.run_counters_add(run_id=run.pk, done=len(created), errors=0)  # input cells
-            return _units_create(rule, [s.index for s in created])
-    return []
+        now = timezone.now()
+        rows = [
+            {
+                "trace": trace,
+                "inputs": _ag_data(roots.get(trace.pk)).get("inputs") or {},
+                # Buckets group scenarios by this: when the trace happened, not when it was
+                # evaluated, so a backfill fills the past buckets.
+                "created_at": trace.start_time or now,
+            }
+            for trace in missing
+        ]
+        return scenarios_append(rule, rows)[1]
+
+
+def scenarios_append(rule: OnlineRule, rows: list[dict]) -> tuple[list[Scenario], list[WorkUnit]]:
+    """New scenarios at the end of the rule's live run (``rows``: Scenario fields such as
+    ``trace``, ``session``, ``inputs``, ``created_at``), each with its input cell pointing at its
+    trace, and the queued units that evaluate them. The caller holds the run's row lock."""
+    if not rows:
+        return [], []
+    run = rule.run
+    input_key = run.steps.filter(type=StepType.INPUT).values_list("key", flat=True).first()
+    last = run.scenarios.aggregate(last=Max("index"))["last"]
+    first = 0 if last is None else last + 1
+    now = timezone.now()
+    created = Scenario.objects.bulk_create(
+        Scenario(project_id=run.project_id, run=run, index=first + i, updated_at=now, **row)
+        for i, row in enumerate(rows)
+    )
+    Result.objects.bulk_create(
+        Result(
+            project_id=run.project_id,
+            run=run,
+            scenario=scenario,
+            step_key=input_key,
+            status=ResultStatus.SUCCESS,
+            trace=scenario.trace,
+            updated_at=now,
+        )
+        for scenario in created
+    )
+    Run.objects.filter(pk=run.pk).update(
+        scenario_count=F("scenario_count") + len(created),
+        total_cells=F("total_cells") + 2 * len(created),
+    )
+    engine.run_counters_add(run_id=run.pk, done=len(created), errors=0)  # input cells
+    return created, _units_create(rule, [s.index for s in created])
 
 
 def _lane(rule: OnlineRule) -> str:
@@ -241,12 +265,20 @@ def _units_create(rule: OnlineRule, indexes: list[int]) -> list[WorkUnit]:
 
 def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[engine.Cell]:
     step = rule.run.steps.select_related("revision__evaluator").get(type=StepType.ANNOTATION)
-    items = [
-        (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), trace_dict(s.trace))
-        for s in scenarios
-    ]
+    invoke = evaluations_invoke_many
+    if rule.for_sessions:
+        invoke = session_evaluations_invoke_many
+        items = [
+            (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), _session_as_judged(s))
+            for s in scenarios
+        ]
+    else:
+        items = [
+            (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), trace_dict(s.trace))
+            for s in scenarios
+        ]
     try:
-        evaluations = evaluations_invoke_many(
+        evaluations = invoke(
             revision=step.revision, items=items, project=rule.project, scope={"rule_id": rule.pk}
         )
     except InvalidInput as exc:
@@ -268,6 +300,19 @@ def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[eng
         )
         for scenario, evaluation in zip(scenarios, evaluations, strict=True)
     ]
+
+
+def _session_as_judged(scenario: Scenario) -> dict:
+    """The scenario's session up to its last trace (turns that came after belong to the next
+    time the session goes idle). A session deleted since is judged as its trace alone."""
+    if scenario.session is None:
+        dicts = [trace_dict(scenario.trace)] if scenario.trace is not None else []
+        return {"session_id": "", "traces": dicts, "messages": session_messages(dicts)}
+    traces = session_traces(scenario.session)
+    ids = [t.pk for t in traces]
+    if scenario.trace_id in ids:
+        traces = traces[: ids.index(scenario.trace_id) + 1]
+    return session_dict(scenario.session, traces)
 
 
 def _failed(code: str, exc: BaseException) -> Evaluation:

@@ -1,5 +1,6 @@
 """Online rules: the filter, deterministic sampling, matching traces, and rule create / update /
-pause / resume / delete."""
+pause / resume / delete. A rule targets traces or, with ``target="session"``, whole sessions
+(runs/online/sessions.py judges those)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from evalsite.errors import InvalidInput, pydantic_fields
 from evalsite.models import Project
 from evaluators.kinds import get_kind
 from evaluators.models import EvaluatorRevision
+from evaluators.services import revision_session_problem
 from runs import engine, metrics
 from runs.models import (
     OnlineRule,
+    RuleTarget,
     Run,
     RunMetrics,
     RunStatus,
@@ -47,6 +50,8 @@ SAMPLE_BITS = 52  # 13 hex digits of md5: exact in a float8 and in a Python floa
 
 
 BUCKET_CHOICES = ((300, "5 minutes"), (3600, "1 hour"), (21600, "6 hours"), (86400, "1 day"))
+
+IDLE_MIN_SECONDS, IDLE_MAX_SECONDS, IDLE_DEFAULT_SECONDS = 10, 7 * 86400, 900
 
 
 class RuleFilter(BaseModel):
@@ -114,7 +119,8 @@ def rule_slug(rule: OnlineRule) -> str:
 
 
 def online_sampled(trace_id: str, rate: float) -> bool:
-    """Whether a trace is in the sample: md5 of its id, read as a number in [0, 1), below rate."""
+    """Whether a trace (or a session, by its session id) is in the sample: md5 of its id, read
+    as a number in [0, 1), below rate."""
     if rate >= 1:
         return True
     digest = hashlib.md5(trace_id.encode(), usedforsecurity=False).hexdigest()
@@ -130,9 +136,14 @@ class _SamplePoint(Func):
 
 
 def traces_sampled(traces: QuerySet[Trace], rate: float) -> QuerySet[Trace]:
+    return rows_sampled(traces, "trace_id", rate)
+
+
+def rows_sampled(rows: QuerySet, field: str, rate: float) -> QuerySet:
+    """The rows whose ``field`` is in the sample, decided in SQL as ``online_sampled`` does."""
     if rate >= 1:
-        return traces
-    return traces.alias(sample_point=_SamplePoint(F("trace_id"))).filter(
+        return rows
+    return rows.alias(sample_point=_SamplePoint(F(field))).filter(
         sample_point__lt=rate * 2**SAMPLE_BITS
     )
 
@@ -155,7 +166,10 @@ def traces_matching(
         until=found.until,
         attributes=found.attribute_values(),
     ).filter(source__in=ONLINE_SOURCES)
-    matched = matched.filter(Exists(Span.objects.filter(trace_id=OuterRef("pk"), parent_id="")))
+    roots = Span.objects.filter(
+        trace_id=OuterRef("pk"), trace_time=OuterRef("created_at"), parent_id=""
+    )
+    matched = matched.filter(Exists(roots))
     if traces is not None:
         matched = matched.filter(pk__in=traces.values("pk"))
     return matched
@@ -190,6 +204,23 @@ def _check(project: Project, revision: EvaluatorRevision | None, rate: Any, buck
         raise InvalidInput(fields)
 
 
+def _check_target(revision: EvaluatorRevision, target: Any, idle: Any) -> None:
+    """A session rule needs an evaluator that judges sessions, and an idle time in bounds."""
+    if target not in RuleTarget.values:
+        raise InvalidInput({"target": ["Either trace or session."]})
+    fields: dict[str, list[str]] = {}
+    if (
+        not isinstance(idle, int)
+        or isinstance(idle, bool)
+        or not IDLE_MIN_SECONDS <= idle <= IDLE_MAX_SECONDS
+    ):
+        fields["idle_seconds"] = ["Between 10 seconds and 7 days (604800 seconds)."]
+    if target == RuleTarget.SESSION and (problem := revision_session_problem(revision)):
+        fields["revision"] = [problem]
+    if fields:
+        raise InvalidInput(fields)
+
+
 def _check_name(name: str) -> str:
     name = (name or "").strip()
     if not name or len(name) > 200:
@@ -199,6 +230,8 @@ def _check_name(name: str) -> str:
 
 def rule_query(rule: OnlineRule, backfill: dict | None = None) -> dict[str, Any]:
     query = {"rule": rule.pk, "filter": rule.filter, "sampling_rate": rule.sampling_rate}
+    if rule.for_sessions:
+        query |= {"target": rule.target, "idle_seconds": rule.idle_seconds}
     if backfill:
         query["backfill"] = backfill
     return query
@@ -214,12 +247,16 @@ def online_rule_create(
     sampling_rate: float = 1.0,
     bucket_seconds: int = 3600,
     active: bool = True,
+    target: str = RuleTarget.TRACE,
+    idle_seconds: int = IDLE_DEFAULT_SECONDS,
     author=None,
 ) -> OnlineRule:
     """Create a rule and its live run. Human and feedback evaluators are refused (they do not
-    run). New matching traces are evaluated from now on; ``online_backfill`` does the past."""
+    run), and so is a session rule whose evaluator cannot judge sessions. New matching traces
+    (sessions that go idle) are evaluated from now on; ``online_backfill`` does the past."""
     name = _check_name(name)
     _check(project, revision, sampling_rate, bucket_seconds)
+    _check_target(revision, target, idle_seconds)
     stored = filter_parse(filter).stored()
     person = author if getattr(author, "pk", None) else None
     rule = OnlineRule.objects.create(
@@ -229,15 +266,18 @@ def online_rule_create(
         filter=stored,
         sampling_rate=float(sampling_rate),
         bucket_seconds=bucket_seconds,
+        target=target,
+        idle_seconds=idle_seconds,
         active=active,
         paused_reason="" if active else "Created paused.",
         created_by=person,
     )
     now = timezone.now()
+    each = "session each time it went idle" if rule.for_sessions else "evaluated trace"
     run = Run.objects.create(
         project=project,
         name=f"Online: {name}",
-        description=f"Live run of the online rule {name!r}: one scenario per evaluated trace.",
+        description=f"Live run of the online rule {name!r}: one scenario per {each}.",
         status=RunStatus.RUNNING,
         is_online=True,
         query=rule_query(rule),
@@ -273,9 +313,10 @@ def online_rule_update(
     filter: dict | None = None,
     sampling_rate: float | None = None,
     bucket_seconds: int | None = None,
+    idle_seconds: int | None = None,
 ) -> OnlineRule:
-    """Change what a rule matches from now on (traces already evaluated stay). The evaluator is
-    fixed: a rule for another revision is a new rule with its own live run."""
+    """Change what a rule matches from now on (traces already evaluated stay). The evaluator and
+    the target are fixed: a rule for another revision is a new rule with its own live run."""
     rule = OnlineRule.objects.select_for_update().select_related("revision").get(pk=rule.pk)
     if name is not None:
         rule.name = _check_name(name)
@@ -286,9 +327,12 @@ def online_rule_update(
     rebucket = bucket_seconds is not None and bucket_seconds != rule.bucket_seconds
     if bucket_seconds is not None:
         rule.bucket_seconds = bucket_seconds
+    if idle_seconds is not None:
+        rule.idle_seconds = idle_seconds
     _check(rule.project, rule.revision, rule.sampling_rate, rule.bucket_seconds)
+    _check_target(rule.revision, rule.target, rule.idle_seconds)
     rule.sampling_rate = float(rule.sampling_rate)
-    rule.save(update_fields=["name", "filter", "sampling_rate", "bucket_seconds"])
+    rule.save(update_fields=["name", "filter", "sampling_rate", "bucket_seconds", "idle_seconds"])
     if rule.run_id:
         backfill = (rule.run.query or {}).get("backfill")
         Run.objects.filter(pk=rule.run_id).update(
@@ -311,8 +355,9 @@ def online_rule_pause(*, rule: OnlineRule, reason: str = "") -> OnlineRule:
 
 @transaction.atomic
 def online_rule_resume(*, rule: OnlineRule) -> OnlineRule:
-    """Evaluate new traces again (traces that arrived while paused need a backfill). A live run
-    cancelled from the run page is reopened."""
+    """Evaluate new traces again (traces that arrived while paused need a backfill; sessions
+    that went idle meanwhile are judged by the next sweeps). A live run cancelled from the run
+    page is reopened."""
     OnlineRule.objects.filter(pk=rule.pk).update(active=True, paused_reason="")
     if rule.run_id:
         Run.objects.filter(pk=rule.run_id).exclude(status=RunStatus.RUNNING).update(

@@ -46,14 +46,13 @@ from runs.models import (
     Run,
     RunStatus,
     Scenario,
-    Span,
 )
 from runs.review import measures
 from runs.review.queues import form_fields
 from runs.review.reliability import TYPES, pairings, usable
 from runs.review.reviews import Conflict
 from runs.statistics import bootstrap_rows_ci
-from runs.traces import trace_dicts
+from runs.traces import trace_dicts, trace_spans
 
 MIN_HELDOUT = 10
 SAMPLE = 3  # held-out items whose prompt is rendered for the token estimate
@@ -349,7 +348,7 @@ def _load_contents(cases: list[Case]) -> None:
     trace's root inputs, and the root span's outputs."""
     roots: dict[int, dict] = {}
     wanted = {case.item.trace_id: case.item.trace.root_span_id for case in cases}
-    spans = Span.objects.filter(trace_id__in=list(wanted), parent_id="").order_by("pk")
+    spans = trace_spans(case.item.trace for case in cases).filter(parent_id="").order_by("pk")
     for trace_id, span_id, attributes in spans.values_list("trace_id", "span_id", "attributes"):
         if trace_id not in roots or span_id == wanted[trace_id]:
             roots[trace_id] = attributes or {}

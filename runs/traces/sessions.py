@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.paginator import Page, Paginator
 from django.db import connection
+from django.db.models import Q, QuerySet, Sum
 
-from runs.models import Session, Trace
-from runs.traces.reads import trace_dicts
+from evalsite.models import Project
+from runs.models import Session, Span, Trace
+from runs.traces.reads import trace_dicts, trace_spans
 
 REFRESH_SQL = """
 INSERT INTO runs_session AS s (
@@ -129,3 +134,181 @@ def _text(value: Any) -> str:
             if isinstance(value.get(key), str):
                 return value[key]
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+# --- reads for the session pages and API ------------------------------------------------------
+
+TURNS_PER_PAGE = 200
+# Spans of the trace trees drawn inline on one page of turns (about 1.7 KB of HTML each); the
+# later turns load theirs from the trace page when opened.
+TREE_SPAN_BUDGET = 300
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+Cursor = tuple[datetime | None, int]
+
+
+@dataclass
+class Turn:
+    """One trace of a session page: its messages and, while the page's budget lasts, its tree."""
+
+    trace: Trace
+    messages: list[dict[str, Any]]
+    tree: dict[str, Any] | None
+    error: str = ""  # the root span's status message when it failed
+
+
+def session_get(*, project: Project, session_id: str) -> Session | None:
+    return Session.objects.for_project(project).filter(session_id=session_id).first()
+
+
+def session_list(
+    *,
+    project: Project,
+    search: str = "",
+    status: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    min_traces: int | None = None,
+    before: Cursor | None = None,
+) -> QuerySet[Session]:
+    """Sessions of the project, most recently active first: ``search`` in the session id,
+    ``status``, ``since`` / ``until`` on the last activity, at least ``min_traces`` traces.
+
+    ``before`` (from ``session_cursor_parse``) keeps the sessions after that one in this order:
+    keyset pages, so sessions that grow move to the top instead of shifting every page.
+    """
+    sessions = Session.objects.for_project(project)
+    if search:
+        sessions = sessions.filter(session_id__icontains=search)
+    if status:
+        sessions = sessions.filter(status=status)
+    if since:
+        sessions = sessions.filter(last_activity__gte=since)
+    if until:
+        sessions = sessions.filter(last_activity__lt=until)
+    if min_traces:
+        sessions = sessions.filter(trace_count__gte=min_traces)
+    if before is not None:
+        sessions = sessions.filter(_after(before))
+    # PostgreSQL sorts NULLs first in DESC, as the (project, -last_activity) index does.
+    return sessions.order_by("-last_activity", "-id")
+
+
+def _after(cursor: Cursor) -> Q:
+    moment, pk = cursor
+    if moment is None:  # only a session of traces without times has none; they come first
+        return Q(last_activity__isnull=True, pk__lt=pk) | Q(last_activity__isnull=False)
+    return Q(last_activity__lt=moment) | Q(last_activity=moment, pk__lt=pk)
+
+
+def session_cursor(session: Session) -> str:
+    """Where a page of ``session_list`` ends: ``<microseconds since 1970>_<id>``."""
+    moment = session.last_activity
+    micros = "none" if moment is None else str((moment - EPOCH) // timedelta(microseconds=1))
+    return f"{micros}_{session.pk}"
+
+
+def session_cursor_parse(text: str) -> Cursor | None:
+    """The cursor ``session_cursor`` wrote, or None when ``text`` is not one."""
+    micros, _, pk = text.partition("_")
+    try:
+        moment = None if micros == "none" else EPOCH + timedelta(microseconds=int(micros))
+        return (moment, int(pk)) if int(pk) > 0 else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def session_turns(
+    session: Session,
+    *,
+    page: int | str = 1,
+    size: int = TURNS_PER_PAGE,
+    span_budget: int = TREE_SPAN_BUDGET,
+) -> tuple[Page, list[Turn]]:
+    """One page of the session's traces in time order, each as a ``Turn``: the messages it adds
+    (``turn_messages``) and its contract dict while the page's trees stay within
+    ``span_budget`` spans. Four queries at most, whatever the session's size."""
+    found = Paginator(_traces_of(session).order_by("start_time", "id"), size).get_page(page)
+    drawn, spans = [], 0
+    for trace in found.object_list:
+        if spans + trace.span_count > span_budget:
+            break
+        drawn.append(trace)
+        spans += trace.span_count
+    trees = trace_dicts(drawn)
+    roots = _root_dicts([trace for trace in found.object_list if trace.pk not in trees])
+    turns = []
+    for trace in found.object_list:
+        tree = trees.get(trace.pk)
+        contract = tree or roots[trace.pk]
+        turns.append(Turn(trace, turn_messages(contract), tree, _root_error(contract)))
+    return found, turns
+
+
+def session_overview(session: Session, *, limit: int) -> tuple[list[Trace], list[dict[str, Any]]]:
+    """The session's first ``limit`` traces in time order and the conversation their root spans
+    hold (as ``messages`` assembles it), reading root spans only."""
+    traces = list(_traces_of(session).order_by("start_time", "id")[:limit])
+    roots = _root_dicts(traces)
+    return traces, messages([roots[trace.pk] for trace in traces])
+
+
+def session_span_count(session: Session) -> int:
+    """How many spans ``session_dict`` would load."""
+    return _traces_of(session).aggregate(spans=Sum("span_count"))["spans"] or 0
+
+
+def turn_messages(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages one trace adds to its conversation, read on its own (a turn of the session
+    page): its inputs as a user message, or, when they carry a chat history, the messages after
+    its last assistant message; then its answer, as ``messages`` reads it."""
+    data = _root_data(trace)
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    said: list[dict[str, Any]] = []
+    sent = _chat(inputs)
+    if sent is not None:
+        answered = [i for i, message in enumerate(sent) if message.get("role") == "assistant"]
+        said.extend(sent[answered[-1] + 1 :] if answered else sent)
+    elif inputs is not None:
+        said.append({"role": "user", "content": _text(inputs)})
+    returned = _chat(outputs)
+    if returned is not None:
+        said.extend(message for message in returned if message.get("role") != "user")
+    elif outputs is not None:
+        said.append({"role": "assistant", "content": _text(outputs)})
+    return said
+
+
+def _root_error(trace: dict[str, Any]) -> str:
+    roots = list((trace.get("spans") or {}).values())
+    if roots and roots[0].get("status") == "error":
+        return roots[0].get("status_message") or "failed"
+    return ""
+
+
+def _traces_of(session: Session) -> QuerySet[Trace]:
+    return Trace.objects.filter(project_id=session.project_id, session_id=session.session_id)
+
+
+def _root_dicts(traces: list[Trace]) -> dict[int, dict[str, Any]]:
+    """Each trace as a contract dict holding its root span only (what the messages read)."""
+    roots: dict[int, Span] = {}
+    spans = trace_spans(traces).filter(parent_id="")
+    by_pk = {trace.pk: trace for trace in traces}
+    for span in spans.order_by("start_time"):
+        if span.trace_id not in roots or span.span_id == by_pk[span.trace_id].root_span_id:
+            roots[span.trace_id] = span
+    return {
+        trace.pk: {
+            "trace_id": trace.trace_id,
+            "spans": {
+                r.span_id: {
+                    "status": r.status,
+                    "status_message": r.status_message or None,
+                    "attributes": r.attributes,
+                }
+                for r in [roots.get(trace.pk)]
+                if r
+            },
+        }
+        for trace in traces
+    }

@@ -19,7 +19,7 @@ from evalsite.views import project_view
 from evaluators.kinds import REGISTRY
 from evaluators.models import Evaluator
 from runs import metrics, online, selectors
-from runs.models import OnlineRule
+from runs.models import OnlineRule, RuleTarget
 
 RECENT = 20
 
@@ -46,6 +46,26 @@ def _attributes_parse(text: str) -> dict[str, str]:
 
 class RuleForm(forms.Form):
     name = forms.CharField(max_length=200)
+    target = forms.ChoiceField(
+        choices=[
+            (RuleTarget.TRACE, "Each trace, a few seconds after it arrives"),
+            (RuleTarget.SESSION, "Each session, once it has been idle (the whole conversation)"),
+        ],
+        initial=RuleTarget.TRACE,
+        required=False,
+        widget=forms.RadioSelect,
+        label="Evaluate",
+        help_text="Session rules need an evaluator that judges sessions.",
+    )
+    idle_seconds = forms.IntegerField(
+        required=False,
+        min_value=online.IDLE_MIN_SECONDS,
+        max_value=online.IDLE_MAX_SECONDS,
+        initial=online.IDLE_DEFAULT_SECONDS,
+        label="Idle time (seconds)",
+        help_text="Session rules: a session is judged once nothing of it arrived this long "
+        "(900 = 15 min), and again if it resumes.",
+    )
     evaluator = forms.ModelChoiceField(
         queryset=Evaluator.objects.none(),
         empty_label="Choose an evaluator",
@@ -85,10 +105,15 @@ class RuleForm(forms.Form):
         choices=online.BUCKET_CHOICES, coerce=int, initial=3600, label="Metrics per"
     )
 
+    field_order = ["name", "evaluator", "target", "idle_seconds"]
+
     def __init__(self, project, *args, rule: OnlineRule | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if rule is not None:
-            del self.fields["evaluator"]  # fixed for the rule's life: its live run depends on it
+            # Fixed for the rule's life: its live run depends on them.
+            del self.fields["evaluator"], self.fields["target"]
+            if not rule.for_sessions:
+                del self.fields["idle_seconds"]
         else:
             silent = [key for key, kind in REGISTRY.items() if not kind.executes]
             self.fields["evaluator"].queryset = (
@@ -124,6 +149,7 @@ class RuleForm(forms.Form):
             "until": _datetime(found.get("until")),
             "sampling_percent": round(rule.sampling_rate * 100, 4),
             "bucket_seconds": rule.bucket_seconds,
+            "idle_seconds": rule.idle_seconds,
         }
 
 
@@ -141,7 +167,11 @@ class BackfillForm(forms.Form):
 
 
 def _form_errors(form: forms.Form, exc: InvalidInput) -> None:
-    aliases = {"sampling_rate": "sampling_percent", "filter.name": "root_name"}
+    aliases = {
+        "sampling_rate": "sampling_percent",
+        "filter.name": "root_name",
+        "revision": "evaluator",
+    }
     for field, reasons in exc.fields.items():
         name = aliases.get(field, field.removeprefix("filter."))
         form.add_error(name if name in form.fields else None, f"{reasons[0]}")
@@ -183,14 +213,15 @@ def online_rule_new(request, project):
                 filter=form.rule_filter(),
                 sampling_rate=data["sampling_percent"] / 100,
                 bucket_seconds=data["bucket_seconds"],
+                target=data["target"] or RuleTarget.TRACE,
+                idle_seconds=data["idle_seconds"] or online.IDLE_DEFAULT_SECONDS,
                 author=request.user,
             )
         except InvalidInput as exc:
             _form_errors(form, exc)
         else:
-            messages.success(
-                request, f"Rule {rule.name} is live: new matching traces are evaluated."
-            )
+            what = "sessions are judged once idle" if rule.for_sessions else "traces are evaluated"
+            messages.success(request, f"Rule {rule.name} is live: new matching {what}.")
             return redirect("online-rule-detail", project.slug, rule.pk)
     status = 400 if form.errors else 200
     return render(
@@ -279,7 +310,11 @@ def _detail_context(request, project, rule: OnlineRule, backfill_form=None) -> d
         row = run.metrics.filter(scenario=None, bucket_start=None).first()
         overall = row.data if row else {}
     rows = _bucket_rows(rule, columns)
-    recent = list(run.scenarios.select_related("trace").order_by("-id")[:RECENT]) if run else []
+    recent = (
+        list(run.scenarios.select_related("trace", "session").order_by("-id")[:RECENT])
+        if run
+        else []
+    )
     now = timezone.now().replace(second=0, microsecond=0)
     return {
         "project": project,
@@ -302,6 +337,7 @@ def _detail_context(request, project, rule: OnlineRule, backfill_form=None) -> d
         "backfill_form": backfill_form
         or BackfillForm(initial={"since": now - timedelta(hours=24), "until": now}),
         "sample_percent": rule.sampling_rate * 100,
+        "unit": "session" if rule.for_sessions else "trace",
         "bucket_label": dict(online.BUCKET_CHOICES).get(rule.bucket_seconds)
         or f"{rule.bucket_seconds} seconds",
     }
@@ -333,6 +369,7 @@ def online_rule_edit(request, project, rule_id):
                 filter=form.rule_filter(),
                 sampling_rate=data["sampling_percent"] / 100,
                 bucket_seconds=data["bucket_seconds"],
+                idle_seconds=data.get("idle_seconds"),
             )
         except InvalidInput as exc:
             _form_errors(form, exc)
@@ -374,9 +411,10 @@ def online_rule_backfill(request, project, rule_id):
         except InvalidInput as exc:
             messages.error(request, next(iter(exc.fields.values()))[0])
         else:
+            unit = "sessions" if rule.for_sessions else "traces"
             messages.success(
                 request,
-                f"Backfill queued: {progress['queued']} of {progress['total']} matching traces "
+                f"Backfill queued: {progress['queued']} of {progress['total']} matching {unit} "
                 "still to evaluate.",
             )
         return redirect("online-rule-detail", project.slug, rule.pk)

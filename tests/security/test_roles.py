@@ -45,8 +45,9 @@ from evaluators.services import evaluator_create, evaluator_revise
 from runs import review
 from runs.applications import application_create
 from runs.engine import run_create, run_execute_inline
-from runs.models import JudgeAlignment, Trace
-from runs.online import online_rule_create
+from runs.models import JudgeAlignment, Session, Trace
+from runs.online import online_rule_create, replay_create
+from runs.traces import trace_ingest
 from tests.runs.factories import CAPITALS, make_testset
 
 SLUG, OTHER = "roles", "roles-other"
@@ -181,6 +182,11 @@ def _build() -> dict[str, Any]:
         project=project, name=f"Rule {MARK}", revision=exact.head, filter={"name": "x"}
     )
     trace = Trace.objects.filter(project=project).order_by("id").first()
+    session = _session(project)
+    endpoint = application_create(  # the discard port: never called (nothing commits)
+        project=project, name=f"Endpoint {MARK}", kind="http", config={"url": "http://127.0.0.1:9/"}
+    )
+    replay = replay_create(project=project, application=endpoint, evaluators=[exact.head])
     queue, items = _queue(project, runs[0], owner, editor, viewer)
     alignment = JudgeAlignment.objects.create(  # finished: accept and discard get through
         project=project, base=exact.head, candidate=exact.head, queue=queue, status="done"
@@ -205,10 +211,32 @@ def _build() -> dict[str, Any]:
         "conn": conn,
         "rule": rule,
         "trace": trace,
+        "session": session,
+        "endpoint": endpoint,
+        "replay": replay,
         "queue": queue,
         "items": items,
         "alignment": alignment,
     }
+
+
+def _session(project) -> Session:
+    """A conversation of two traces naming one session."""
+    trace_ingest(
+        project=project,
+        spans=[
+            {
+                "trace_id": f"chat-{n}",
+                "span_id": "root",
+                "name": f"chat {MARK}",
+                "start_time": f"2026-11-20T10:0{n}:00Z",
+                "session_id": f"session-{MARK}",
+                "attributes": {"ag": {"data": {"inputs": "hi", "outputs": "hello"}}},
+            }
+            for n in (1, 2)
+        ],
+    )
+    return Session.objects.get(project=project)
 
 
 def _queue(project, run, owner, editor, viewer):
@@ -258,6 +286,7 @@ def _kwargs(endpoint: Endpoint, w) -> dict[str, Any]:
         "index": 0,
         "rule_id": w["rule"].pk,
         "trace_id": w["trace"].trace_id,
+        "session_id": w["session"].session_id,
         "key_id": w["spare_key"].pk,
         "pk": w["spare_key"].pk,
         "key": "exact_match",
@@ -270,6 +299,7 @@ def _kwargs(endpoint: Endpoint, w) -> dict[str, Any]:
         "item_id": w["items"]["adjudication" if "adjudicate" in name else "open"].pk,
         "alignment_id": w["alignment"].pk,
         "evaluator_ref": w["exact"].slug,
+        "replay_id": w["replay"].id,
     }
     return {group: values[group] for group in endpoint.groups}
 
@@ -323,6 +353,7 @@ def _page_bodies(w) -> dict[str, Any]:
         "testset-row-add": {"data": json.dumps(CAPITALS[0]), "base_version": head.version},
         "testset-row-edit": {"data": json.dumps(CAPITALS[1]), "base_version": head.version},
         "testset-row-delete": {"base_version": head.version},
+        "replay-new": {"application": w["endpoint"].pk, "evaluators": [exact.pk], "limit": "10"},
         "run-new": {
             "name": "Made",
             "testset": w["testset"].pk,
@@ -337,6 +368,7 @@ def _page_bodies(w) -> dict[str, Any]:
             "repeats": 1,
         },
         "project-spend-cap": {"max_run_cost_usd": "5"},
+        "project-trace-retention": {"trace_retention_days": "30"},
         "run-cancel": {},
         "run-retry": {},
         "run-close": {},
@@ -420,6 +452,11 @@ def _api_bodies(w) -> dict[tuple[str, str], Any]:
             "kind": "column",
             "config": {"outputs_column": "x"},
         },
+        ("api-replays", "post"): {
+            "application": str(w["endpoint"].pk),
+            "evaluators": [str(exact.pk)],
+            "limit": 10,
+        },
         ("api-runs", "post"): {
             "testset": str(w["testset"].pk),
             "application": str(w["app"].pk),
@@ -428,8 +465,8 @@ def _api_bodies(w) -> dict[tuple[str, str], Any]:
         ("api-run-evaluators", "post"): {"evaluators": [str(w["similar"].pk)]},
         ("api-run", "patch"): {"tags": {"branch": "main"}},
         ("api-run", "put"): {"tags": {"branch": "main"}},
-        ("api-project", "patch"): {"max_run_cost_usd": 5},
-        ("api-project", "put"): {"max_run_cost_usd": 5},
+        ("api-project", "patch"): {"max_run_cost_usd": 5, "trace_retention_days": 30},
+        ("api-project", "put"): {"max_run_cost_usd": 5, "trace_retention_days": 30},
         ("api-run-scenarios", "post"): {"scenarios": [{"inputs": {"a": 1}}]},
         ("api-annotations", "post"): {
             "evaluator": str(exact.pk),
@@ -641,7 +678,8 @@ def test_it_enforces_the_table(world, db, celery_off, endpoint, method, who):
 def _check_outsider_api(endpoint: Endpoint, response, before, project_id: int, detail: str):
     """An outsider's key acts in their own project: ours is simply not found, and nothing of it
     is read or touched."""
-    ours = {"ref", "run_id", "rule_id", "trace_id", "pk", "index"} & set(endpoint.groups)
+    ours = {"ref", "run_id", "rule_id", "trace_id", "session_id", "pk", "index"}
+    ours &= set(endpoint.groups)
     if ours and endpoint.name not in ("kind-detail",):
         assert response.status_code in (400, 404), detail
     assert MARK not in _content(response).decode(errors="replace"), detail
@@ -685,6 +723,8 @@ EXECUTES = [
     ("run-new", "POST"),
     ("run-estimate", "POST"),
     ("api-runs", "POST"),
+    ("replay-new", "POST"),
+    ("api-replays", "POST"),
     ("run-add-evaluator", "POST"),
     ("api-run-evaluators", "POST"),
     ("online-rule-backfill", "POST"),
