@@ -55,9 +55,12 @@ class CeleryRunner:
         payload = self._call("evaluators.tasks.code_run_batch", {"calls": calls, **kwargs}, work_s)
         return [result_decode(item) for item in payload]
 
-    def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]:
+    def check_code(
+        self, *, config: Config, runtime: str, code: str, version: str = "2"
+    ) -> list[dict[str, Any]]:
         work_s = config.start_timeout_s + CHECK_TIMEOUT_S + 5
-        return self._call("evaluators.tasks.code_check", {"runtime": runtime, "code": code}, work_s)
+        kwargs = {"runtime": runtime, "code": code, "version": version}
+        return self._call("evaluators.tasks.code_check", kwargs, work_s)
 
     def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]:
         # Asking a worker is the only check there is; ``probe`` does not apply here.
@@ -149,9 +152,9 @@ def batch_run_here(**kwargs: Any) -> list[dict[str, Any]]:
     return [result_encode(result) for result in results]
 
 
-def check_here(*, runtime: str, code: str) -> list[dict[str, Any]]:
+def check_here(*, runtime: str, code: str, version: str = "2") -> list[dict[str, Any]]:
     config = local_config()
-    return get_runner(config).check_code(config=config, runtime=runtime, code=code)
+    return get_runner(config).check_code(config=config, runtime=runtime, code=code, version=version)
 
 
 def status_here() -> dict[str, Any]:

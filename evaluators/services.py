@@ -703,7 +703,12 @@ def revision_session_problem(revision: EvaluatorRevision) -> str | None:
 
 def session_shape_problem(session: Any) -> str | None:
     """What makes ``session`` other than a session dict, or None. ``messages`` may be left
-    out (no conversation text); ``traces`` are trace objects, ``{"spans": {...}}`` at least."""
+    out (no conversation text); ``traces`` are trace objects, ``{"spans": {...}}`` at least.
+
+    Only this outer shape is checked: what a span or a message holds is the sender's business.
+    Every reader of a session that passes (the judge's transcript and outline, the agent score,
+    code evaluators) takes odd inner shapes (``tool_calls`` that is not a list, ``children``
+    that is not an object, ...) as absent or as an error of that evaluation; nothing crashes."""
     if not isinstance(session, dict):
         return "a session is an object: {session_id, traces: [trace, ...], messages: [...]}"
     if not isinstance(session.get("session_id", ""), str):
@@ -730,7 +735,7 @@ def session_problem(session: Any) -> tuple[str, str] | None:
     if shape is not None:
         return "invalid_session", f"The session is malformed: {shape}."
     limit = settings.EVALSITE_MAX_BODY_BYTES
-    size = len(json.dumps(session, ensure_ascii=False, default=str).encode())
+    size = len(json.dumps(session, ensure_ascii=False, separators=(",", ":"), default=str).encode())
     if size > limit:
         return "session_too_large", (
             f"The session is {size:,} bytes of JSON; evaluators take sessions up to {limit:,} "

@@ -39,8 +39,8 @@ def code_run_batch(
 
 
 @shared_task(ignore_result=False, track_started=True, acks_late=True)
-def code_check(*, runtime: str, code: str) -> list[dict[str, Any]]:
-    return sandbox_celery.check_here(runtime=runtime, code=code)
+def code_check(*, runtime: str, code: str, version: str = "2") -> list[dict[str, Any]]:
+    return sandbox_celery.check_here(runtime=runtime, code=code, version=version)
 
 
 @shared_task(ignore_result=False, track_started=True)

@@ -12,7 +12,9 @@ to calls by tool-call id (``gen_ai.tool.call.id``) when they carry one, else by 
 order. Without a history the tool spans alone are the run. A call that no span timed has no
 duration: nothing here makes one up.
 
-A retry is a call of the same tool as the call right before it.
+A retry is a call of the same tool as the call right before it, in the same turn; across a
+turn boundary (a session), only when that call failed: the same tool used again in the next turn
+after it worked answers a new request.
 
 A session (a whole conversation, ``session_run``) is read turn by turn: each turn's trace gives
 its own history and tool spans exactly as above, a history re-sent whole each turn counts only
@@ -679,8 +681,12 @@ def _take(call: ToolCall, span: ToolCall) -> None:
 def mark_retries(calls: list[ToolCall]) -> None:
     previous = None
     for call in calls:
-        call.retry = call.name == previous
-        previous = call.name
+        call.retry = (
+            previous is not None
+            and call.name == previous.name
+            and (call.turn == previous.turn or previous.failed)
+        )
+        previous = call
 
 
 def _number(value: Any) -> float | None:

@@ -147,8 +147,9 @@ def trace_summary(trace: dict[str, Any] | None) -> dict[str, Any] | None:
             tools[name] = tools.get(name, 0) + 1
     roots = [s for s in trace["spans"].values() if isinstance(s, dict)]
     root = roots[0] if roots else {}
-    acc = _metrics(root).get("acc") or _metrics(root).get("unit") or {}
-    unit = _metrics(root).get("unit") or {}
+    metrics = _metrics(root)
+    unit = _object(metrics.get("unit"))
+    acc = _object(metrics.get("acc")) or unit
     duration = dig(unit.get("duration") or acc.get("duration"), "total")
     return {
         "span_count": len(spans),
@@ -161,15 +162,21 @@ def trace_summary(trace: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _walk(spans: dict[str, Any]):
+def _walk(spans: Any):
+    if not isinstance(spans, dict):  # a sender's odd shape: no children
+        return
     for span in spans.values():
         if isinstance(span, dict):
             yield span
-            yield from _walk(span.get("children") or {})
+            yield from _walk(span.get("children"))
 
 
 def _metrics(span: dict[str, Any]) -> dict[str, Any]:
-    return dig(span, "attributes.ag.metrics") or {}
+    return _object(dig(span, "attributes.ag.metrics"))
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _question(inputs: dict, correct_answer_key: str, input_messages: list) -> Any:

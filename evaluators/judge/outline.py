@@ -47,13 +47,15 @@ def trace_outline(trace: dict[str, Any] | None, budget: int = DEFAULT_TOKENS) ->
     return _elided(nodes, limit)
 
 
-def _flatten(spans: dict[str, Any], depth: int):
-    """(span, depth) in tree order, children by start time."""
+def _flatten(spans: Any, depth: int):
+    """(span, depth) in tree order, children by start time; anything but span objects skipped."""
+    if not isinstance(spans, dict):
+        return
     children = [s for s in spans.values() if isinstance(s, dict)]
     children.sort(key=lambda s: str(s.get("start_time") or ""))
     for span in children:
         yield span, depth
-        yield from _flatten(span.get("children") or {}, depth + 1)
+        yield from _flatten(span.get("children"), depth + 1)
 
 
 def _line(span: dict[str, Any], depth: int, detail: int) -> str:
@@ -63,7 +65,7 @@ def _line(span: dict[str, Any], depth: int, detail: int) -> str:
     duration = dig(metrics, "duration.total")
     if isinstance(duration, int | float):
         parts.append(f"{duration:.0f} ms")
-    status = span.get("status") or "ok"
+    status = str(span.get("status") or "ok")
     if status != "ok":
         message = str(span.get("status_message") or "")[:200]
         parts.append(f"{status.upper()}{': ' + message if message else ''}")

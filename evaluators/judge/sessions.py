@@ -60,7 +60,8 @@ def session_transcript(messages: list[Any]) -> str:
             continue
         role = str(message.get("role") or "?")
         text = _text(message.get("content"))
-        calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+        raw_calls = message.get("tool_calls")
+        calls = [c for c in raw_calls if isinstance(c, dict)] if isinstance(raw_calls, list) else []
         if calls:
             described = []
             for call in calls:

@@ -7,16 +7,21 @@ Interface v1 (legacy; what a stored revision without ``version`` means):
 kind's. Evaluations of one batch go to a warm sandbox worker in one message (evaluators.sandbox).
 
 Sessions (v2 only): ``evaluate_session(inputs, outputs, session)`` (``evaluateSession`` in
-JavaScript and TypeScript) beside or instead of ``evaluate``. Whether the code has one is read
-from its text by name (``session_problem``), so a session rule can be refused when it is made;
-code that defines it some other way is still run, and one that does not define it after all
-fails each evaluation with ``session_unsupported``.
+JavaScript and TypeScript) beside or instead of ``evaluate``. Whether code may judge sessions is
+read from its text, so a session rule can be refused when it is made (``session_problem``): code
+in which the name ``evaluate_session`` (or ``evaluateSession``, in JavaScript and TypeScript)
+never occurs cannot define it, and is refused; any occurrence (a ``def``, an assignment, a tuple
+assignment, an import, ``globals()["evaluate_session"] = ...``, even a comment) passes. Code that
+names it without defining it when it runs fails each evaluation with ``session_unsupported``.
+A version 1 module must define ``evaluate``; ``check`` refuses one that does not.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,25 +127,48 @@ def _run(
     return [_raw(result, parameters, row) for result, row in zip(results, inputs, strict=True)]
 
 
+# Sessions of one sandbox batch, in bytes of JSON: the host holds a batch's encoded calls while
+# it runs, and the celery runner ships it as one message. A larger session goes alone.
+SESSION_BATCH_BYTES = 32 * 1024 * 1024
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
 def evaluate_sessions(
     parameters: Parameters, items: list[tuple], context: dict[str, Any]
 ) -> list[Raw]:
-    """Each (inputs, outputs, session) to ``evaluate_session``, as one batch on a warm worker."""
-    calls = [
-        {"inputs": inputs, "outputs": outputs, "session": session}
-        for inputs, outputs, session in items
-    ]
-    return _run(parameters, calls, [inputs for inputs, _, _ in items], context, entry="session")
+    """Each (inputs, outputs, session) to ``evaluate_session`` on a warm worker, in batches of
+    at most ``SESSION_BATCH_BYTES`` of sessions."""
+    raws: list[Raw] = []
+    for batch in session_batches(items, SESSION_BATCH_BYTES):
+        calls = [
+            {"inputs": inputs, "outputs": outputs, "session": session}
+            for inputs, outputs, session in batch
+        ]
+        inputs = [inputs for inputs, _, _ in batch]
+        raws += _run(parameters, calls, inputs, context, entry="session")
+    return raws
 
 
-# A definition of the session entry point, by name: def/assignment/import in Python; a function,
-# variable, or export property in JavaScript and TypeScript.
+def session_batches(items: list[tuple], budget: int) -> Iterator[list[tuple]]:
+    """``items`` in order, cut into runs whose sessions add up to at most ``budget`` bytes of
+    JSON each (a session larger than that is a run of its own)."""
+    batch: list[tuple] = []
+    size = 0
+    for item in items:
+        item_size = len(_compact(item[2]).encode())
+        if batch and size + item_size > budget:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += item_size
+    if batch:
+        yield batch
+
+
+# The session entry point's name anywhere in the code (docstring above): code without it cannot
+# define the entry point; code with it may.
 _SESSION_ENTRY = {
-    "python": re.compile(
-        r"^[ \t]*(?:async[ \t]+)?def[ \t]+evaluate_session\b|^[ \t]*evaluate_session[ \t]*[:=]"
-        r"|\bimport\b[^\n]*\bevaluate_session\b",
-        re.M,
-    ),
+    "python": re.compile(r"\bevaluate_session\b"),
     "javascript": re.compile(r"\b(?:evaluateSession|evaluate_session)\b"),
 }
 SESSION_HINT = {
@@ -189,9 +217,12 @@ def _raw(result, parameters: Parameters, inputs: dict) -> Raw:
 
 
 def check(parameters: Parameters) -> dict[str, list[str]]:
-    """Syntax and load errors, with line numbers, before anything is saved."""
+    """Syntax and load errors, with line numbers, before anything is saved; a version 1 module
+    without ``evaluate`` too (it could judge nothing: sessions need version 2)."""
     try:
-        problems = sandbox.check_code(runtime=parameters.runtime, code=parameters.code)
+        problems = sandbox.check_code(
+            runtime=parameters.runtime, code=parameters.code, version=_version(parameters)
+        )
     except sandbox.SandboxUnavailable as exc:
         return {"parameters.code": [f"The code sandbox is unavailable: {exc}"]}
     return {"parameters.code": [_describe(p) for p in problems]} if problems else {}

@@ -6,7 +6,7 @@ Public API (used by the ``code`` evaluator kind)::
               calls=[{"inputs", "outputs", "trace", "app_params", "correct_answer"}, ...],
               timeout_s=5.0, entry="evaluate") -> list[CallResult]
     (entry="session": calls are {"inputs", "outputs", "session"}, for evaluate_session)
-    check_code(runtime=..., code=...) -> list[dict]
+    check_code(runtime=..., code=..., version="2") -> list[dict]
     sandbox_status() -> dict
 
 The runner is chosen by ``EVALSITE_CODE_RUNNER``: ``sandbox`` (default: bubblewrap + seccomp
@@ -75,7 +75,9 @@ class Runner(Protocol):
         entry: str = "evaluate",
     ) -> list[CallResult]: ...
 
-    def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]: ...
+    def check_code(
+        self, *, config: Config, runtime: str, code: str, version: str = "2"
+    ) -> list[dict[str, Any]]: ...
 
     def status(self, config: Config, *, probe: bool = True) -> dict[str, Any]: ...
 
@@ -92,7 +94,9 @@ class WorkerRunner:
             _require_sandbox(config, runtime)
         return pool.run_batch(config=config, runtime=runtime, sandboxed=self.sandboxed, **kwargs)
 
-    def check_code(self, *, config: Config, runtime: str, code: str) -> list[dict[str, Any]]:
+    def check_code(
+        self, *, config: Config, runtime: str, code: str, version: str = "2"
+    ) -> list[dict[str, Any]]:
         if self.sandboxed:
             _require_sandbox(config, runtime)
         # A one-off worker: checking runs the module's top level, which must not leave anything
@@ -103,7 +107,7 @@ class WorkerRunner:
             .result()
         )
         try:
-            return worker.check(code, CHECK_TIMEOUT_S)
+            return worker.check(code, CHECK_TIMEOUT_S, version)
         finally:
             worker.close()
 
@@ -199,15 +203,18 @@ def run_batch(
     )
 
 
-def check_code(*, runtime: str, code: str) -> list[dict[str, Any]]:
+def check_code(*, runtime: str, code: str, version: str = "2") -> list[dict[str, Any]]:
     """Problems that stop ``code`` from loading, each ``{code, type, message, line?, column?}``.
 
     Runs the module's top level in a fresh worker of the configured runner; ``[]`` means it
-    loads and defines ``evaluate``.
+    loads and defines an entry point: ``evaluate`` or ``evaluate_session`` (``evaluateSession``)
+    for ``version`` ``"2"``, ``evaluate`` for ``"1"`` (the legacy interface judges no sessions).
     """
     _check_runtime(runtime)
+    if version not in ("1", "2"):
+        raise ValueError(f"version must be '1' or '2', not {version!r}")
     config = load_config()
-    return get_runner(config).check_code(config=config, runtime=runtime, code=code)
+    return get_runner(config).check_code(config=config, runtime=runtime, code=code, version=version)
 
 
 def sandbox_status(*, probe: bool = True) -> dict[str, Any]:

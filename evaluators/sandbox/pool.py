@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Config
-from .process import Fault, Outcome, WorkerProcess, encode_chunks, fault_result
+from .process import Fault, Outcome, WorkerProcess, encode_chunks, fault_result, line_bytes
 from .results import CallResult, error_result
 
 log = logging.getLogger("evaluators.sandbox")
@@ -224,6 +224,7 @@ class Batch:
     args: list[list[Any]]
     results: list[CallResult | None]
     output_budget: int
+    line_bytes: int  # the most bytes of one request line (process.line_bytes)
     chunks: list[bytes] | None = None  # every call encoded, until the first attempt uses it
     entry: str = "evaluate"  # or "session": the code's evaluate_session
 
@@ -245,7 +246,15 @@ def run_batch(
     args = [call_args(call, version, entry) for call in calls]
     budget = config.batch_output_limit_bytes
     batch = Batch(
-        code, revision_key, version, timeout_s, args, [None] * len(args), budget, entry=entry
+        code,
+        revision_key,
+        version,
+        timeout_s,
+        args,
+        [None] * len(args),
+        budget,
+        line_bytes(config, runtime),
+        entry=entry,
     )
     pending = _encode_or_reject(batch)
     pools = _registry
@@ -265,14 +274,14 @@ def run_batch(
 def _encode_or_reject(batch: Batch) -> list[int]:
     """Encode the whole batch once; calls whose arguments are not JSON fail on their own."""
     try:
-        batch.chunks = encode_chunks(batch.args)
+        batch.chunks = encode_chunks(batch.args, batch.line_bytes)
         return list(range(len(batch.args)))
     except (TypeError, ValueError):
         pass
     pending = []
     for index, args in enumerate(batch.args):
         try:
-            encode_chunks([args])
+            encode_chunks([args], batch.line_bytes)
             pending.append(index)
         except (TypeError, ValueError) as exc:
             batch.results[index] = error_result(
@@ -296,7 +305,7 @@ def _attempt(
             revision_key=batch.revision_key,
             version=batch.version,
             count=len(chunk),
-            chunks=chunks or encode_chunks([batch.args[i] for i in chunk]),
+            chunks=chunks or encode_chunks([batch.args[i] for i in chunk], batch.line_bytes),
             timeout_s=batch.timeout_s,
             output_budget=batch.output_budget,
             entry=batch.entry,

@@ -27,7 +27,11 @@ from .config import Config
 from .errors import SandboxError
 from .results import CallResult, error_result
 
-CHUNK_CALLS = 256  # calls per request line: one JSON decode in the worker per chunk
+CHUNK_CALLS = 256  # calls per request line at most: one JSON decode in the worker per line
+# A worker decodes a whole request line at once and keeps it until its last call ends, and the
+# decoded objects take several times the text's bytes: a line carries at most this share of the
+# worker's memory limit (one call larger than that travels on a line of its own).
+LINE_MEMORY_SHARE = 16
 _DIAG_TAIL = 8192
 _READ_SIZE = 1 << 20
 _OOM_MARKERS = (
@@ -43,15 +47,40 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
-def encode_chunks(calls: list[list[Any]]) -> list[bytes]:
-    """Request lines for a batch: JSON arrays of up to CHUNK_CALLS argument lists each.
+def line_bytes(config: Config, runtime: str) -> int:
+    """The most bytes of JSON one request line carries to a ``runtime`` worker."""
+    limit_mb = config.memory_mb if runtime == "python" else config.node_memory_mb
+    return max(limit_mb * (1 << 20) // LINE_MEMORY_SHARE, 1 << 16)
+
+
+def encode_chunks(calls: list[list[Any]], max_bytes: int) -> list[bytes]:
+    """Request lines for a batch: JSON arrays of up to CHUNK_CALLS argument lists and, unless
+    one call alone is larger, up to ``max_bytes`` each (``line_bytes``).
 
     Raises ``ValueError``/``TypeError`` when an argument is not JSON.
     """
-    return [
-        _encode(calls[start : start + CHUNK_CALLS]).encode() + b"\n"
-        for start in range(0, len(calls), CHUNK_CALLS)
-    ]
+    lines = []
+    for start in range(0, len(calls), CHUNK_CALLS):
+        chunk = calls[start : start + CHUNK_CALLS]
+        line = _encode(chunk).encode() + b"\n"
+        lines.extend([line] if len(line) <= max_bytes else _split(chunk, max_bytes))
+    return lines
+
+
+def _split(calls: list[list[Any]], max_bytes: int) -> list[bytes]:
+    """Calls packed in order into lines of at most ``max_bytes`` (a larger call alone)."""
+    lines: list[bytes] = []
+    parts: list[bytes] = []
+    size = 2  # the brackets and the newline, less one comma
+    for args in calls:
+        encoded = _encode(args).encode()
+        if parts and size + len(encoded) + 1 > max_bytes:
+            lines.append(b"[" + b",".join(parts) + b"]\n")
+            parts, size = [], 2
+        parts.append(encoded)
+        size += len(encoded) + 1
+    lines.append(b"[" + b",".join(parts) + b"]\n")
+    return lines
 
 
 @dataclass
@@ -166,10 +195,13 @@ class WorkerProcess:
         self.last_used = time.monotonic()
         return outcome
 
-    def check(self, code: str, timeout_s: float) -> list[dict[str, Any]]:
+    def check(self, code: str, timeout_s: float, version: str = "2") -> list[dict[str, Any]]:
         """Load ``code`` once (as ``check_code`` does) and return its problems."""
         nonce = secrets.token_hex(12)
-        message = {"op": "check", "nonce": nonce, "code": code, "runtime": self.runtime}
+        message = {
+            "op": "check", "nonce": nonce, "code": code, "runtime": self.runtime,
+            "version": version,
+        }  # fmt: skip
         reader = _CheckReader(nonce.encode())
         outcome = self._exchange(iter([json.dumps(message).encode() + b"\n"]), reader, timeout_s)
         if outcome.fault:

@@ -166,6 +166,65 @@ def test_it_refuses_code_without_an_evaluate_function(project):
     assert "evaluate" in caught.value.fields["parameters.code"][0]
 
 
+@pytest.mark.parametrize("early", ["return;", "return null;", "if (true) return 5;"])
+def test_a_javascript_module_that_returns_early_keeps_its_exports(project, early):
+    code = "function evaluate(inputs, outputs, trace) { return outputs === 'Paris'; }\n"
+    code += f"module.exports = {{ evaluate }};\n{early}\n"
+    assert run("javascript", code).outputs == {"success": True}
+    evaluator = evaluator_create(
+        project=project,
+        kind="code",
+        name="Early",
+        parameters={"runtime": "javascript", "code": code},
+    )
+    assert evaluator.head.parameters["code"] == code
+
+
+def test_a_javascript_module_that_returns_before_exporting_has_no_evaluate(project):
+    code = "return;\nfunction evaluate(inputs, outputs, trace) { return true; }\n"
+    result = run("javascript", code)
+    assert result.status == "error"
+    assert result.error["type"] == "MissingEvaluate"
+    with pytest.raises(InvalidInput) as caught:
+        evaluator_create(
+            project=project,
+            kind="code",
+            name="Early",
+            parameters={"runtime": "javascript", "code": code},
+        )
+    assert "evaluate" in caught.value.fields["parameters.code"][0]
+
+
+SESSION_ONLY = {
+    "python": "def evaluate_session(inputs, outputs, session):\n    return 1\n",
+    "javascript": "function evaluateSession(inputs, outputs, session) { return 1; }\n",
+    "typescript": "export function evaluateSession(inputs: any, outputs: any, s: any) {\n"
+    "  return 1;\n}\n",
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_it_refuses_a_version_1_evaluator_without_evaluate(project, runtime):
+    with pytest.raises(InvalidInput) as caught:
+        evaluator_create(
+            project=project,
+            kind="code",
+            name="Sessions on v1",
+            parameters={"runtime": runtime, "code": SESSION_ONLY[runtime], "version": "1"},
+        )
+    message = caught.value.fields["parameters.code"][0]
+    assert "Interface version 1 calls evaluate(" in message
+    assert "interface version 2" in message
+    assert not project.evaluators.exists()
+    # The same code on version 2 is a session-only evaluator.
+    evaluator_create(
+        project=project,
+        kind="code",
+        name="Sessions on v2",
+        parameters={"runtime": runtime, "code": SESSION_ONLY[runtime], "version": "2"},
+    )
+
+
 def test_it_starts_new_evaluators_on_interface_v2(api):
     response = api.post("/api/v1/evaluators", {"name": "Mine", "kind": "code"}, format="json")
     assert response.status_code == 201

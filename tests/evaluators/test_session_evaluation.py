@@ -2,15 +2,21 @@
 runtimes through the real sandbox, an LLM judge against the local chat-completions server, the
 agent score over a conversation, the service's refusals, and the invoke API."""
 
+import copy
 import json
 
 import pytest
 
+from evaluators.judge.context import template_variables
+from evaluators.judge.sessions import session_fields, session_transcript
+from evaluators.judge.templates import render
+from evaluators.kinds.code import session_batches
 from evaluators.services import (
     evaluation_invoke,
     evaluator_create,
     revision_session_problem,
     session_evaluations_invoke_many,
+    session_shape_problem,
 )
 from runs.traces.sessions import messages
 
@@ -95,7 +101,7 @@ def trace(number: int, inputs, outputs, children=()) -> dict:
 def conversation(failed_turn: int | None = None) -> dict:
     traces = [
         text_turn(1, "Hi, where is my order 42?", "Let me look that up."),
-        tool_turn(2, "It was due Monday.", "Order 42 shipped on Friday."),
+        tool_turn(2, "It was due Monday.", "Order 42 shipped on Friday.", failed=failed_turn == 2),
         tool_turn(3, "Can you check again?", "The order service is down.", failed=failed_turn == 3),
         text_turn(4, "Can I get a refund?", "Refunds open once an order arrives."),
         text_turn(5, "Thanks, bye.", "You're welcome, goodbye!"),
@@ -241,6 +247,91 @@ def test_a_session_entry_point_named_but_not_defined_fails_in_the_sandbox(projec
     assert "cannot judge sessions" in result.error["message"]
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def _turns(inputs, outputs, session):\n    return len(session['traces'])\n\n"
+        "evaluate, evaluate_session = (lambda inputs, outputs, trace: 1), _turns\n",
+        "def make():\n    return lambda inputs, outputs, session: len(session['traces'])\n\n"
+        "globals()['evaluate_session'] = make()\n",
+    ],
+    ids=["tuple-assignment", "globals"],
+)
+def test_a_session_entry_point_defined_by_assignment_judges_sessions(project, code):
+    evaluator = evaluator_create(
+        project=project, kind="code", name="Assigned", parameters={"code": code}
+    )
+    assert revision_session_problem(evaluator.head) is None
+    result = judge_session(revision=evaluator.head, project=project)
+    assert result.status == "success", result.error
+    assert result.outputs == {"score": 5, "success": True}
+
+
+@pytest.mark.parametrize("runtime", ["javascript", "typescript"])
+def test_a_lone_default_export_named_evaluate_session_is_not_used_on_traces(project, runtime):
+    code = "export default function evaluateSession(inputs, outputs, session) {\n"
+    code += "  return session.traces.length;\n}\n"
+    parameters = {"runtime": runtime, "code": code, "version": "2"}
+    assert judge_session(kind="code", parameters=parameters).outputs == {
+        "score": 5,
+        "success": True,
+    }
+    on_a_trace = evaluation_invoke(kind="code", parameters=parameters, inputs={}, outputs="x")
+    assert on_a_trace.status == "error"
+    assert on_a_trace.error["type"] == "MissingEvaluate"
+    assert "evaluateSession" in on_a_trace.error["message"]
+
+
+def large_session(number: int, messages_count: int = 75_000) -> dict:
+    """About 4.5 MB of JSON: a long conversation without traces."""
+    said = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} hello"}
+        for i in range(messages_count)
+    ]
+    return {"session_id": f"long-{number}", "traces": [], "messages": said}
+
+
+LARGE_SESSION_CODE = {
+    "python": "def evaluate_session(inputs, outputs, session):\n"
+    "    return {'id': session['session_id'], 'messages': len(session['messages'])}\n",
+    "javascript": "function evaluateSession(inputs, outputs, session) {\n"
+    "  return { id: session.session_id, messages: session.messages.length };\n}\n",
+}
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript"])
+def test_a_batch_of_ten_large_sessions_judges_every_one(project, runtime):
+    sessions = [large_session(number) for number in range(10)]
+    assert all(4_000_000 < len(json.dumps(s)) < 5_000_000 for s in sessions)
+    results = session_evaluations_invoke_many(
+        kind="code",
+        parameters={"runtime": runtime, "code": LARGE_SESSION_CODE[runtime], "version": "2"},
+        items=[({}, "x", session) for session in sessions],
+        project=project,
+    )
+    assert [r.error for r in results] == [None] * 10
+    assert [r.outputs for r in results] == [
+        {"id": f"long-{number}", "messages": 75_000} for number in range(10)
+    ]
+
+
+def test_sessions_go_to_the_sandbox_in_batches_under_a_byte_budget():
+    items = [({}, None, {"session_id": str(n), "traces": [], "messages": []}) for n in range(5)]
+    size = len(json.dumps(items[0][2], separators=(",", ":")))
+    batches = list(session_batches(items, 2 * size))
+    assert batches == [items[0:2], items[2:4], items[4:5]]
+    # A session larger than the budget goes alone.
+    assert list(session_batches(items[:2], size - 1)) == [items[0:1], items[1:2]]
+
+
+def test_the_session_size_limit_counts_compact_json(project, settings):
+    settings.EVALSITE_MAX_BODY_BYTES = len(json.dumps(SESSION, separators=(",", ":")))
+    result = judge_session(
+        kind="code", parameters={"code": PYTHON, "version": "2"}, project=project
+    )
+    assert result.status == "success", result.error
+
+
 def test_a_legacy_v1_evaluator_cannot_judge_sessions(project):
     code = "def evaluate_session(inputs, outputs, session):\n    return 1\n"
     result = judge_session(kind="code", parameters={"code": code}, project=project)
@@ -267,6 +358,55 @@ def test_a_malformed_session_fails_alone(project):
     assert bad.error["code"] == "invalid_session"
     assert "traces: must be a list" in bad.error["message"]
     assert good.status == "success", good.error
+
+
+def odd_sessions() -> list[dict]:
+    """Sessions whose outer shape is right (``session_shape_problem`` passes them) and whose
+    insides are not what a tracer would send."""
+    odd = []
+    for where, value in [
+        ("tool_calls", 5),
+        ("tool_calls", {"id": "c"}),
+        ("content", {"parts": 1}),
+        ("tool_call_id", ["c"]),
+        ("children", 5),
+        ("children", ["x"]),
+        ("metrics", "fast"),
+        ("status", 5),
+    ]:
+        session = copy.deepcopy(conversation(failed_turn=3))
+        for turn in (3, 5):  # a tool turn, and the last turn (what ``trace`` is)
+            root = session["traces"][turn - 1]["spans"][f"root{turn}"]
+            if where in ("children", "status"):
+                root[where] = value
+            elif where == "metrics":
+                root["attributes"]["ag"]["metrics"] = value
+        if where not in ("children", "status", "metrics"):
+            session["messages"][3][where] = value
+        odd.append(session)
+    return odd
+
+
+@pytest.mark.parametrize("session", odd_sessions())
+def test_odd_insides_of_an_accepted_session_crash_no_reader(project, session):
+    assert session_shape_problem(session) is None
+    fields = session_fields(session, 2000)
+    assert fields["session_transcript"].startswith("user: Hi, where is my order 42?")
+    assert fields["session_outline"].startswith("Turn 1")
+    variables = template_variables(
+        inputs={}, outputs="bye", trace=session["traces"][-1], session=session
+    )
+    prompt = "{{session_transcript}}\n{{session_outline}}\n{{trace_outline}}"
+    assert "Turn 5" in render(prompt, variables)
+    scored = judge_session(kind="agent_score", parameters={}, session=session)
+    assert scored.status == "success" or scored.error["code"] == "malformed_history"
+    code = judge_session(kind="code", parameters={"code": PYTHON, "version": "2"}, session=session)
+    assert code.status == "success", code.error
+
+
+def test_the_transcript_reads_tool_calls_that_are_not_a_list_as_none():
+    said = [{"role": "assistant", "content": "One moment.", "tool_calls": 5}]
+    assert session_transcript(said) == "assistant: One moment."
 
 
 # --- which revisions judge sessions -------------------------------------------------------------
@@ -404,7 +544,7 @@ def test_the_agent_score_scores_the_whole_conversation_with_turn_three_failing(p
     details = outputs["details"]
     assert details["tool_calls"] == 2
     assert details["failed_calls"] == 1
-    assert details["retries"] == 1  # the same tool again, in the next turn
+    assert details["retries"] == 0  # the same tool in the next turn after it worked: a new ask
     steps = details["trajectory"]
     assert [(s["turn"], s["name"], s["status"]) for s in steps] == [
         (2, "lookup_order", "ok"),
@@ -413,16 +553,39 @@ def test_the_agent_score_scores_the_whole_conversation_with_turn_three_failing(p
     assert steps[1]["error"] == "order service timed out"
     assert steps[1]["span_id"] == "tool3"
     assert steps[1]["duration_ms"] == 1000.0
-    # (1 of 2 succeeded) - 0.05 x 1 retry - 0.10 x 1 failure
-    assert outputs["error_free_execution"] == 0.35
+    # (1 of 2 succeeded) - 0.10 x 1 failure
+    assert outputs["error_free_execution"] == 0.4
     assert outputs["goal_completion"] == 0.8  # the conversation ends with an answer
-    assert outputs["score"] == 0.6725  # docs/agent-evaluators.md, "Scoring a whole session"
+    assert outputs["score"] == 0.68  # docs/agent-evaluators.md, "Scoring a whole session"
     # Tokens: the largest single span of any turn (30), not one turn's alone.
     assert details["tokens"] == 30 and details["token_source"] == "trace_peak"
 
     clean = judge_session(kind="agent_score", parameters={}, session=SESSION).outputs
-    assert clean["error_free_execution"] == 0.95  # the retry only
+    assert clean["error_free_execution"] == 1.0
+    assert clean["details"]["retries"] == 0
     assert clean["score"] > outputs["score"]
+
+
+def test_the_agent_score_counts_a_tool_called_again_after_a_failed_turn_as_a_retry(project):
+    result = judge_session(kind="agent_score", parameters={}, session=conversation(failed_turn=2))
+    assert result.status == "success", result.error
+    details = result.outputs["details"]
+    assert [(s["turn"], s["status"], s["retry"]) for s in details["trajectory"]] == [
+        (2, "failed", False),
+        (3, "ok", True),
+    ]
+    assert details["retries"] == 1
+    # (1 of 2 succeeded) - 0.05 x 1 retry - 0.10 x 1 failure
+    assert result.outputs["error_free_execution"] == 0.35
+
+
+def test_the_agent_score_sees_no_retry_in_a_tool_used_once_every_turn(project):
+    traces = [tool_turn(n, f"Where is order {n}?", f"Order {n} shipped.") for n in range(1, 22)]
+    session = {"session_id": "orders", "traces": traces, "messages": messages(traces)}
+    outputs = judge_session(kind="agent_score", parameters={}, session=session).outputs
+    assert outputs["details"]["tool_calls"] == 21
+    assert outputs["details"]["retries"] == 0
+    assert outputs["error_free_execution"] == 1.0
 
 
 @pytest.mark.parametrize("with_user_messages", [True, False])

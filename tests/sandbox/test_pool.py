@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ import pytest
 
 from evaluators.sandbox import SandboxUnavailable, run_batch, sandbox_status
 from evaluators.sandbox.pool import registry
+from evaluators.sandbox.process import CHUNK_CALLS, encode_chunks, line_bytes
 
 from .conftest import call, error_code, fresh_project, run
 
@@ -46,6 +48,49 @@ def test_it_replaces_a_crashed_worker_and_keeps_finished_results(config, runtime
     assert "status 3" in results[2].error["message"]
     # The rest ran on a fresh worker: its module-level counter started again.
     assert [r.value for r in results[3:]] == [1, 2]
+
+
+def test_it_bounds_request_lines_by_bytes_as_well_as_by_calls():
+    calls = [[{"n": n}, "x" * 100, None] for n in range(10)]
+    lines = encode_chunks(calls, 400)
+    assert all(len(line) <= 400 for line in lines)
+    assert [args for line in lines for args in json.loads(line)] == calls
+    assert len(lines) == 4  # three calls of 120 bytes a line
+    # A call larger than the budget travels alone; small calls still share lines of CHUNK_CALLS.
+    assert [len(json.loads(line)) for line in encode_chunks(calls[:3], 50)] == [1, 1, 1]
+    small = [[{}, "x", None]] * (CHUNK_CALLS + 1)
+    assert [len(json.loads(line)) for line in encode_chunks(small, 1 << 20)] == [CHUNK_CALLS, 1]
+
+
+def test_it_derives_the_line_budget_from_the_worker_memory_limit(config):
+    assert line_bytes(config, "python") == config.memory_mb * (1 << 20) // 16
+    assert line_bytes(config, "typescript") == config.node_memory_mb * (1 << 20) // 16
+
+
+LONG_INPUTS_PY = """
+    def evaluate(inputs, outputs, trace):
+        return [inputs["n"], len(inputs["said"]), inputs["said"][-1]["content"]]
+"""
+LONG_INPUTS_JS = """
+    function evaluate(inputs) {
+      return [inputs.n, inputs.said.length, inputs.said[inputs.said.length - 1].content];
+    }
+"""
+
+
+@pytest.mark.parametrize(
+    ("runtime", "code"), [("python", LONG_INPUTS_PY), ("javascript", LONG_INPUTS_JS)]
+)
+def test_it_runs_a_batch_larger_than_the_worker_could_decode_at_once(config, runtime, code):
+    # Eight calls of 1/40 of the memory limit each (58 bytes of JSON a message): decoded in
+    # one piece, their objects would take more than the whole limit.
+    size = config.memory_mb if runtime == "python" else config.node_memory_mb
+    count = size * (1 << 20) // 40 // 58
+    said = [{"role": "user", "content": f"élan № {i} ✓"} for i in range(count)]
+    calls = [call({"n": n, "said": said}) for n in range(8)]
+    results = run(config, runtime, code, calls, project=fresh_project(), timeout_s=30)
+    assert [r.error for r in results] == [None] * 8
+    assert [r.value for r in results] == [[n, count, f"élan № {count - 1} ✓"] for n in range(8)]
 
 
 def test_it_reports_a_node_abort_as_a_crash(config):

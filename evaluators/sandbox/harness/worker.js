@@ -93,22 +93,33 @@ function send(text) {
   }
 }
 
+// Reads lines with blocking reads. A long line (a batch of large sessions) arrives in many reads:
+// its earlier pieces are kept aside and joined once, so reading it costs its length, not its
+// length squared.
 class LineReader {
   constructor(fd) {
     this.fd = fd;
     this.chunk = Buffer.allocUnsafe(1 << 16);
-    this.pending = [];
-    this.buffer = Buffer.alloc(0);
+    this.buffer = this.chunk.subarray(0, 0);
     this.start = 0;
+    this.pieces = []; // the current line's bytes from earlier reads (copies: chunk is reused)
   }
 
   next() {
     for (;;) {
       const end = this.buffer.indexOf(10, this.start);
       if (end >= 0) {
-        const line = this.buffer.toString('utf8', this.start, end);
+        const tail = this.buffer.subarray(this.start, end);
         this.start = end + 1;
+        if (!this.pieces.length) return tail.toString('utf8');
+        this.pieces.push(tail);
+        const line = Buffer.concat(this.pieces).toString('utf8');
+        this.pieces = [];
         return line;
+      }
+      if (this.start < this.buffer.length) {
+        this.pieces.push(bufferFrom(this.buffer.subarray(this.start)));
+        this.start = this.buffer.length;
       }
       if (!this.fill()) return null;
     }
@@ -124,8 +135,7 @@ class LineReader {
       throw error;
     }
     if (read === 0) return false;
-    const rest = this.buffer.subarray(this.start);
-    this.buffer = Buffer.concat([rest, this.chunk.subarray(0, read)]);
+    this.buffer = this.chunk.subarray(0, read);
     this.start = 0;
     return true;
   }
@@ -182,23 +192,28 @@ function instantiate(compiled) {
     if (match) failed.line = Number(match[1]);
     return { error: failed };
   }
+  // A module that returns early at its top level (`return;`) never reaches the appended
+  // `return {evaluate, evaluateSession}`: only its exports count then.
+  const own = local && typeof local === 'object' ? local : {};
   const exported = module.exports;
   const fallback = exported && exported.default;
-  const evaluate = [
-    exported && exported.evaluate,
-    fallback && fallback.evaluate,
-    fallback,
-    exported,
-    local.evaluate,
-  ].find((candidate) => typeof candidate === 'function');
   // Sessions: evaluateSession (the JavaScript spelling), or evaluate_session, exported (also on
-  // a default export object) or a top-level function.
+  // a default export object) or a top-level function; or a lone function exported under one of
+  // those names (`export default function evaluateSession`).
   const evaluateSession = [
     exported && exported.evaluateSession,
     exported && exported.evaluate_session,
     fallback && fallback.evaluateSession,
     fallback && fallback.evaluate_session,
-    local.evaluateSession,
+    own.evaluateSession,
+    ...[fallback, exported].filter(isSessionFunction),
+  ].find((candidate) => typeof candidate === 'function');
+  // A lone exported function is evaluate, unless it is the session entry point.
+  const evaluate = [
+    exported && exported.evaluate,
+    fallback && fallback.evaluate,
+    ...[fallback, exported].filter((fn) => fn !== evaluateSession && !isSessionFunction(fn)),
+    own.evaluate,
   ].find((candidate) => typeof candidate === 'function');
   if (!evaluate && !evaluateSession) {
     return {
@@ -215,8 +230,13 @@ function instantiate(compiled) {
   return { evaluate, evaluateSession };
 }
 
+function isSessionFunction(fn) {
+  if (typeof fn !== 'function') return false;
+  return fn.name === 'evaluateSession' || fn.name === 'evaluate_session';
+}
+
 // The function a batch calls, or the load error when the module does not define it.
-function entryPoint(loaded, entry) {
+function entryPoint(loaded, entry, version) {
   if (entry === 'session') {
     if (loaded.evaluateSession) return { fn: loaded.evaluateSession };
     return {
@@ -236,8 +256,12 @@ function entryPoint(loaded, entry) {
       code: 'compile_error',
       type: 'MissingEvaluate',
       message:
-        'The code does not define an evaluate() function ' +
-        '(it defines only evaluateSession, which judges sessions).',
+        version === '1'
+          ? 'Interface version 1 calls evaluate(app_params, inputs, output, correct_answer), ' +
+            'which the code does not define (evaluateSession judges sessions, with interface ' +
+            'version 2 only).'
+          : 'The code does not define an evaluate() function ' +
+            '(it defines only evaluateSession, which judges sessions).',
       stacktrace: '',
     },
   };
@@ -440,7 +464,9 @@ function call(evaluate, args) {
 async function batch(header, reader) {
   const prefix = `R ${header.nonce} `;
   const loaded = load(header.rev, header.code, header.runtime);
-  const entry = loaded.error ? loaded : entryPoint(loaded, header.entry || 'evaluate');
+  const entry = loaded.error
+    ? loaded
+    : entryPoint(loaded, header.entry || 'evaluate', header.version);
   const answer = { ok: !entry.error };
   if (entry.error) answer.error = entry.error;
   const loadLogs = takeLogs();
@@ -473,7 +499,9 @@ async function settle(promise) {
 
 function check(message) {
   const compiled = compile(message.code, message.runtime);
-  const loaded = compiled.error ? compiled : instantiate(compiled);
+  let loaded = compiled.error ? compiled : instantiate(compiled);
+  // Version 1 calls evaluate() only: a module without it could judge nothing.
+  if (!loaded.error && message.version === '1') loaded = entryPoint(loaded, 'evaluate', '1');
   takeLogs();
   send(`C ${message.nonce} ${stringify(loaded.error ? [loaded.error] : [])}\n`);
 }

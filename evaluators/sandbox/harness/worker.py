@@ -9,7 +9,8 @@ host -> worker (stdin)
     then lines, each a JSON array of calls, K calls in all; a call is the list of its
     arguments (v2: inputs, outputs, trace; v1: app_params, inputs, output, correct_answer;
     entry "session": inputs, outputs, session, passed to ``evaluate_session``)
-    {"op": "check", "nonce": N, "code": C}
+    {"op": "check", "nonce": N, "code": C, "version": "1"|"2"}
+    (a check loads the module once; version "1" requires ``evaluate``, "2" either entry point)
 
 worker -> host (RESULT_FD)
     ``H {"runtime": ...}``                  once, when ready
@@ -210,7 +211,7 @@ class Harness:
         entry = header.get("entry") or "evaluate"
         function = evaluator.entry(entry) if error is None else None
         if error is None and function is None:
-            error = missing_entry(entry)
+            error = missing_entry(entry, header.get("version"))
         loaded = {"ok": error is None}
         if error is not None:
             loaded["error"] = error
@@ -320,19 +321,30 @@ class Harness:
         self.reset_process_state()
         evaluator = Evaluator("<evaluator check>", message["code"])
         error = self.run_module(evaluator, message["code"])
+        if error is None and message.get("version") == "1" and evaluator.function is None:
+            error = missing_entry("evaluate", "1")
         self.capture.take()
         problems = [] if error is None else [error]
         self.send(b"C %s %s\n" % (message["nonce"].encode(), _dumps(problems).encode()))
 
 
-def missing_entry(entry: str) -> dict:
-    """The load error of a batch whose entry point the module does not define."""
+def missing_entry(entry: str, version=None) -> dict:
+    """The load error of a batch (or check) whose entry point the module does not define."""
     if entry == "session":
         return {
             "code": "session_unsupported",
             "type": "MissingEvaluateSession",
             "message": "The code does not define evaluate_session(inputs, outputs, session), so "
             "it cannot judge sessions. Define it beside evaluate().",
+            "stacktrace": "",
+        }
+    if version == "1":
+        return {
+            "code": "compile_error",
+            "type": "MissingEvaluate",
+            "message": "Interface version 1 calls evaluate(app_params, inputs, output, "
+            "correct_answer), which the code does not define (evaluate_session judges sessions, "
+            "with interface version 2 only).",
             "stacktrace": "",
         }
     return {
