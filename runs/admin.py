@@ -97,8 +97,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class SpanFormSet(forms.BaseInlineFormSet):
+    """The trace's spans read on its day only (``trace_time`` is the trace's ``created_at``):
+    the partition key prunes the read to one day's table instead of every one."""
+
+    def __init__(self, *args, instance=None, queryset=None, **kwargs):
+        if instance is not None and queryset is not None:
+            queryset = queryset.filter(trace_time=instance.created_at)
+        super().__init__(*args, instance=instance, queryset=queryset, **kwargs)
+
+
 class SpanInline(admin.TabularInline):
     model = Span
+    formset = SpanFormSet
     fields = ["span_id", "parent_id", "name", "kind", "status", "start_time", "end_time"]
     readonly_fields = fields
     extra, can_delete = 0, False

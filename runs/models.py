@@ -154,7 +154,12 @@ class Trace(models.Model):
 
 class Span(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="spans")
+    # No foreign key in the database: with daily partitions, every trace deleted made PostgreSQL
+    # probe every partition for spans, and every span inserted paid a lookup. Deleting a trace
+    # still takes its spans (Django's collector; retention deletes them first, in SQL).
+    trace = models.ForeignKey(
+        Trace, on_delete=models.CASCADE, related_name="spans", db_constraint=False
+    )
     span_id = models.CharField(max_length=64)
     parent_id = models.CharField(max_length=64, blank=True, help_text="Empty for a root span.")
     name = models.CharField(max_length=300)

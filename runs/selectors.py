@@ -234,10 +234,13 @@ def scenario_page(
         )
     if query.q:
         invocation = next((st.key for st in run.steps.all() if st.type == "invocation"), "")
+        # The trace's created_at is its spans' day: each probe reads one partition.
         where.append(
-            "(s.inputs::text ILIKE %s OR EXISTS (SELECT 1 FROM runs_result qr JOIN runs_span qs "
-            "ON qs.trace_id = qr.trace_id AND qs.parent_id = '' WHERE qr.scenario_id = s.id "
-            "AND qr.step_key = %s AND (qs.attributes #>> '{ag,data,outputs}') ILIKE %s))"
+            "(s.inputs::text ILIKE %s OR EXISTS (SELECT 1 FROM runs_result qr "
+            "JOIN runs_trace qt ON qt.id = qr.trace_id JOIN runs_span qs "
+            "ON qs.trace_id = qt.id AND qs.trace_time = qt.created_at AND qs.parent_id = '' "
+            "WHERE qr.scenario_id = s.id AND qr.step_key = %s "
+            "AND (qs.attributes #>> '{ag,data,outputs}') ILIKE %s))"
         )
         escaped = query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         like = f"%{escaped}%"

@@ -19,12 +19,18 @@ RetentionReport = inline_serializer(
             allow_null=True, help_text="Whole days kept, plus today; null: forever."
         ),
         "cutoff": serializers.DateTimeField(
-            allow_null=True, help_text="Traces that arrived before this would go."
+            allow_null=True, help_text="Production traces that arrived before this would go."
         ),
-        "traces": serializers.IntegerField(help_text="Traces that would be deleted."),
+        "traces": serializers.IntegerField(
+            help_text="Production traces (source api or otlp) that would be deleted."
+        ),
         "spans": serializers.IntegerField(help_text="Their spans."),
         "oldest_kept": serializers.DateTimeField(
-            allow_null=True, help_text="When the oldest trace that stays arrived."
+            allow_null=True, help_text="When the oldest production trace that stays arrived."
+        ),
+        "run_traces": serializers.IntegerField(
+            help_text="Traces older than the cutoff that runs recorded (invocation, judge): "
+            "kept, retention never deletes them."
         ),
         "partitions": inline_serializer(
             "RetentionPartition",
@@ -35,7 +41,7 @@ RetentionReport = inline_serializer(
             },
             many=True,
             help_text="Day partitions holding some of these traces' spans that would be "
-            "dropped whole (nobody keeps anything in them).",
+            "dropped whole (nobody keeps a production trace in them, no run's trace is there).",
         ),
     },
 )

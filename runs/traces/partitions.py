@@ -14,12 +14,16 @@ refusing it. Nothing moves rows out of it: a day whose spans already sit there g
 its own (PostgreSQL would refuse to create one); those spans stay readable, unpruned, and
 retention deletes them row by row. ``default_rows`` shows that it stays empty.
 
-Retention: a project keeps its traces for ``Project.trace_retention_effective_days`` whole days
-plus today. A partition in which no project keeps anything is detached and dropped; then each
-project's traces older than its cutoff are deleted in batches, their spans first (pruned to their
-days), the rows pointing at them as their models' ``on_delete`` says, in SQL (never loaded), and
-the sessions they belonged to refreshed or removed. Advisory locks make two beats running it
-at once harmless: DDL is serialised, and a second retention run finds the first one busy.
+Retention covers production traces only (``source`` api or otlp, ``PRODUCTION``): a project
+keeps them for ``Project.trace_retention_effective_days`` whole days plus today. Traces that runs
+record (``invocation``, ``judge``: the application and judge calls behind run results) are never
+deleted by it, so an old run keeps its evaluator outputs. A partition is detached and dropped
+when no project keeps production traces in it and it holds no span of a run's trace; then each
+project's production traces older than its cutoff are deleted in batches, their spans first
+(pruned to their days), the rows pointing at them as their models' ``on_delete`` says, in SQL
+(never loaded), and the sessions they belonged to refreshed (without looking newly active to
+session rules) or removed. Advisory locks make two beats running it at once harmless: DDL is
+serialised, and a second retention run finds the first one busy.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, models, transaction
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, Min, Q, Sum
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -55,6 +59,9 @@ DDL_LOCK = 0x7370_616E_0001
 RETENTION_LOCK = 0x7370_616E_0002
 LOCK_TIMEOUT = "5s"  # DDL waits no longer than this for readers, so ingestion never queues behind
 BATCH = 500  # traces deleted per transaction
+# The sources of production traces (sent by applications): the only traces retention deletes.
+# The others (invocation, judge) are recorded by runs and belong to them.
+PRODUCTION = ("api", "otlp")
 BOUNDS = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")
 
 
@@ -175,10 +182,11 @@ class ProjectRetention:
     project_id: int
     slug: str
     days: int | None  # None: kept forever
-    cutoff: datetime | None  # traces that arrived before it go
-    traces: int = 0
-    spans: int = 0  # the span counts of those traces
-    oldest_kept: datetime | None = None
+    cutoff: datetime | None  # production traces that arrived before it go
+    traces: int = 0  # those production traces
+    spans: int = 0  # their span counts
+    oldest_kept: datetime | None = None  # the oldest production trace that stays
+    run_traces: int = 0  # traces older than the cutoff that runs recorded: kept with their runs
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -188,6 +196,7 @@ class ProjectRetention:
             "traces": self.traces,
             "spans": self.spans,
             "oldest_kept": iso(self.oldest_kept),
+            "run_traces": self.run_traces,
         }
 
 
@@ -214,14 +223,14 @@ class Retention:
 
 
 def retention_cutoff(now: datetime, days: int | None) -> datetime | None:
-    """Traces that arrived before this go: ``days`` whole UTC days are kept, plus today."""
+    """Production traces that arrived before this go: ``days`` whole UTC days kept, plus today."""
     return None if days is None else day_start(now) - timedelta(days=days)
 
 
 def retention_plan(*, now: datetime | None = None, project: Project | None = None) -> Retention:
-    """A dry run: the partitions that would be dropped and the traces (with their spans) each
-    project would lose, changing nothing. With ``project``, only that project's rows and the
-    partitions that hold some of them."""
+    """A dry run: the partitions that would be dropped and the production traces (with their
+    spans) each project would lose, changing nothing. With ``project``, only that project's
+    rows and the partitions that hold some of them."""
     now = now or timezone.now()
     cutoffs = _cutoffs(now)
     projects = Project.objects.order_by("slug")
@@ -272,6 +281,7 @@ def _droppable(cutoffs: dict[int, datetime], project: Project | None) -> list[Pa
         and p.end <= horizon
         and not _keeps_any(p, cutoffs)
         and (project is None or _holds(p, project.pk))
+        and not _holds_run_spans(p)
     ]
 
 
@@ -300,19 +310,44 @@ def _keeps_any(partition: Partition, cutoffs: dict[int, datetime]) -> bool:
 
 
 def _holds(partition: Partition, project_id: int) -> bool:
-    return Trace.objects.filter(
-        project_id=project_id, created_at__gte=partition.start, created_at__lt=partition.end
-    ).exists()
+    return (
+        _production(project_id)
+        .filter(created_at__gte=partition.start, created_at__lt=partition.end)
+        .exists()
+    )
+
+
+def _holds_run_spans(partition: Partition) -> bool:
+    """Whether the partition holds a span of a trace that a run recorded (kept whatever its age).
+    Stops at the first one: a partition kept for them is looked at again every run, and once
+    its production rows are deleted its first row is one (200,000 production spans: 0.1 s)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {partition.name} s "  # noqa: S608 (a partition's name)
+            "JOIN runs_trace t ON t.id = s.trace_id WHERE t.source <> ALL(%s))",
+            [list(PRODUCTION)],
+        )
+        return cursor.fetchone()[0]
+
+
+def _production(project_id: int) -> models.QuerySet[Trace]:
+    return Trace.objects.filter(project_id=project_id, source__in=PRODUCTION).order_by()
 
 
 def _project_plan(project: Project, now: datetime) -> ProjectRetention:
     days = project.trace_retention_effective_days
     cutoff = retention_cutoff(now, days)
-    traces = Trace.objects.filter(project=project).order_by()
-    counted = {"n": 0, "spans": 0}
+    counted = {"n": 0, "spans": 0, "runs": 0}
     if cutoff is not None:
-        counted = traces.filter(created_at__lt=cutoff).aggregate(
-            n=Count("pk"), spans=Coalesce(Sum("span_count"), 0)
+        production = Q(source__in=PRODUCTION)
+        counted = (
+            Trace.objects.filter(project=project, created_at__lt=cutoff)
+            .order_by()
+            .aggregate(
+                n=Count("pk", filter=production),
+                spans=Coalesce(Sum("span_count", filter=production), 0),
+                runs=Count("pk", filter=~production),
+            )
         )
     return ProjectRetention(
         project_id=project.pk,
@@ -322,11 +357,12 @@ def _project_plan(project: Project, now: datetime) -> ProjectRetention:
         traces=counted["n"],
         spans=counted["spans"],
         oldest_kept=_oldest_kept(project.pk, cutoff),
+        run_traces=counted["runs"],
     )
 
 
 def _oldest_kept(project_id: int, cutoff: datetime | None) -> datetime | None:
-    kept = Trace.objects.filter(project_id=project_id)
+    kept = _production(project_id)
     if cutoff is not None:
         kept = kept.filter(created_at__gte=cutoff)
     return kept.aggregate(oldest=Min("created_at"))["oldest"]
@@ -336,7 +372,7 @@ def _drop(partition: Partition, cutoffs: dict[int, datetime]) -> bool:
     """Detach and drop a partition nobody keeps anything in (checked again under the lock)."""
     try:
         with transaction.atomic(), _ddl_lock(), connection.cursor() as cursor:
-            if _keeps_any(partition, cutoffs):
+            if _keeps_any(partition, cutoffs) or _holds_run_spans(partition):
                 return False
             cursor.execute(f"ALTER TABLE {PARENT} DETACH PARTITION {partition.name}")
             cursor.execute(f"DROP TABLE {partition.name}")
@@ -360,30 +396,41 @@ def _project_delete(plan: ProjectRetention, batch: int) -> ProjectRetention:
 
 @transaction.atomic
 def _delete_batch(project_id: int, cutoff: datetime, size: int) -> tuple[int, int]:
-    """Delete up to ``size`` of the project's traces older than ``cutoff``: (traces, spans).
-    Traces locked by an ingest are left for the next batch or run."""
+    """Delete up to ``size`` of the project's production traces older than ``cutoff``:
+    (traces, spans). Traces locked by an ingest are left for the next batch or run."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, created_at, session_id, span_count FROM runs_trace "
-            "WHERE project_id = %s AND created_at < %s ORDER BY created_at, id LIMIT %s "
-            "FOR UPDATE SKIP LOCKED",
-            [project_id, cutoff, size],
+            "WHERE project_id = %s AND created_at < %s AND source = ANY(%s) "
+            "ORDER BY created_at, id LIMIT %s FOR UPDATE SKIP LOCKED",
+            [project_id, cutoff, list(PRODUCTION), size],
         )
         rows = cursor.fetchall()
         if not rows:
             return 0, 0
-        ids = [row[0] for row in rows]
-        # Span.trace's CASCADE lives in Django only; naming the days prunes to their partitions.
+        # The judge calls behind online judgements of these traces go with them: their
+        # annotations are deleted below, and nothing else reads a judge trace.
+        cursor.execute(
+            "SELECT t.id, t.created_at, 0, t.span_count FROM runs_trace t WHERE t.id IN "
+            "(SELECT judge_trace_id FROM runs_annotation WHERE trace_id = ANY(%s)) "
+            "AND t.source = 'judge'",
+            [[row[0] for row in rows]],
+        )
+        judged = cursor.fetchall()
+        ids = [row[0] for row in [*rows, *judged]]
+        # Span.trace has no foreign key in the database: its spans go first, by hand; naming
+        # their days prunes the DELETE to their partitions.
         cursor.execute(
             "DELETE FROM runs_span WHERE trace_time = ANY(%s) AND trace_id = ANY(%s)",
-            [sorted({row[1] for row in rows}), ids],
+            [sorted({row[1] for row in [*rows, *judged]}), ids],
         )
         _on_delete(cursor, Trace, "SELECT unnest(%s::bigint[])", [ids], skip=(Span,))
         cursor.execute("DELETE FROM runs_trace WHERE id = ANY(%s)", [ids])
     sessions = {row[2] for row in rows if row[2]}
-    sessions_refresh(project_id, sessions)
+    # Trimmed, not active: session rules take updated_at as the arrival of the latest turn.
+    sessions_refresh(project_id, sessions, touch=False)
     _sessions_delete_empty(project_id, sessions)
-    return len(ids), sum(row[3] for row in rows)
+    return len(rows), sum(row[3] for row in [*rows, *judged])
 
 
 def _sessions_delete_empty(project_id: int, session_ids: set[str]) -> None:

@@ -41,7 +41,7 @@ ON CONFLICT (project_id, session_id) DO UPDATE SET
     trace_count = EXCLUDED.trace_count, start_time = EXCLUDED.start_time,
     last_activity = EXCLUDED.last_activity, duration_ms = EXCLUDED.duration_ms,
     status = EXCLUDED.status, tokens = EXCLUDED.tokens, cost = EXCLUDED.cost,
-    updated_at = EXCLUDED.updated_at
+    updated_at = CASE WHEN %s THEN EXCLUDED.updated_at ELSE s.updated_at END
 """
 
 # Where a turn's words are, in order, when a root span's inputs or outputs are an object.
@@ -51,12 +51,15 @@ TEXT_KEYS = (
 )  # fmt: skip
 
 
-def sessions_refresh(project_id: int, session_ids: Iterable[str]) -> None:
-    """Recompute the named sessions of a project from their traces (one statement)."""
+def sessions_refresh(project_id: int, session_ids: Iterable[str], *, touch: bool = True) -> None:
+    """Recompute the named sessions of a project from their traces (one statement).
+
+    ``updated_at`` is when something of the session last arrived: session rules judge a session
+    once it stopped moving. Removing traces (retention) passes ``touch=False`` to keep it."""
     ids = sorted({sid for sid in session_ids if sid})
     if ids:
         with connection.cursor() as cursor:
-            cursor.execute(REFRESH_SQL, [project_id, ids])
+            cursor.execute(REFRESH_SQL, [project_id, ids, touch])
 
 
 def session_traces(session: Session) -> list[Trace]:
@@ -156,14 +159,31 @@ class Turn:
     error: str = ""  # the root span's status message when it failed
 
 
-def session_get(*, project: Project, session_id: str) -> Session | None:
-    return Session.objects.for_project(project).filter(session_id=session_id).first()
+def session_get(
+    *, project: Project, session_id: str | None = None, pk: int | None = None
+) -> Session | None:
+    """One session of the project, by its id (the API) or by its pk (the pages: a session id is
+    the client's free text, and one holding a newline or a ``..`` segment cannot be a URL path)."""
+    sessions = Session.objects.for_project(project)
+    found = sessions.filter(pk=pk) if pk is not None else sessions.filter(session_id=session_id)
+    return found.first()
+
+
+def session_pks(*, project: Project, session_ids: Iterable[str]) -> dict[str, int]:
+    """The pk of each of these sessions of the project (one query), for the pages that link to
+    sessions from their traces."""
+    ids = {sid for sid in session_ids if sid}
+    if not ids:
+        return {}
+    found = Session.objects.for_project(project).filter(session_id__in=ids)
+    return dict(found.values_list("session_id", "pk"))
 
 
 def session_list(
     *,
     project: Project,
     search: str = "",
+    session_id: str | None = None,
     status: str = "",
     since: datetime | None = None,
     until: datetime | None = None,
@@ -171,7 +191,8 @@ def session_list(
     before: Cursor | None = None,
 ) -> QuerySet[Session]:
     """Sessions of the project, most recently active first: ``search`` in the session id,
-    ``status``, ``since`` / ``until`` on the last activity, at least ``min_traces`` traces.
+    exactly ``session_id``, ``status``, ``since`` / ``until`` on the last activity, at least
+    ``min_traces`` traces.
 
     ``before`` (from ``session_cursor_parse``) keeps the sessions after that one in this order:
     keyset pages, so sessions that grow move to the top instead of shifting every page.
@@ -179,6 +200,8 @@ def session_list(
     sessions = Session.objects.for_project(project)
     if search:
         sessions = sessions.filter(session_id__icontains=search)
+    if session_id is not None:
+        sessions = sessions.filter(session_id=session_id)
     if status:
         sessions = sessions.filter(status=status)
     if since:

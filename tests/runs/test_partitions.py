@@ -1,7 +1,8 @@
 """The spans table is partitioned by day: reads by trace, by time window and by session touch
-only their days' partitions (EXPLAIN shows it), partitions are created ahead, a span whose day
-has none lands in the default partition instead of being refused, and migrating a database that
-has spans keeps every one of them."""
+only their days' partitions (EXPLAIN shows it), and so do the admin's span list and a run's
+output search; partitions are created ahead, a span whose day has none lands in the default
+partition instead of being refused; spans have no database foreign key to traces (deleting a
+trace still takes its spans); migrating a database that has spans keeps every one of them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs.models import Session, Span, Trace
-from runs.traces import partitions_ensure, trace_dict, trace_dicts, trace_ingest, trace_list
+from runs.models import Result, Run, RunStep, Scenario, Session, Span, Trace
+from runs.selectors import TableQuery, scenario_page
+from runs.traces import (
+    partitions_ensure,
+    trace_dict,
+    trace_dicts,
+    trace_ingest,
+    trace_list,
+    trace_record,
+)
 from runs.traces.partitions import (
     DEFAULT,
     day_start,
@@ -66,18 +76,35 @@ def move(trace: Trace, when: datetime) -> None:
 
 def scanned(queryset) -> set[str]:
     """The tables PostgreSQL's plan reads for a queryset."""
-    plan = json.loads(queryset.explain(format="json"))
+    return _relations(json.loads(queryset.explain(format="json")))
+
+
+def read(sql: str) -> set[str]:
+    """The tables an executed statement read rows from: run-time pruning shows in ANALYZE as
+    partitions never executed."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        return _relations(cursor.fetchone()[0], executed=True)
+
+
+def _relations(plan, *, executed: bool = False) -> set[str]:
     plan = plan[0] if isinstance(plan, list) else plan
     names: set[str] = set()
 
     def walk(node):
-        if "Relation Name" in node:
+        if "Relation Name" in node and not (executed and node.get("Actual Loops") == 0):
             names.add(node["Relation Name"])
         for child in node.get("Plans", []):
             walk(child)
 
     walk(plan["Plan"])
     return names
+
+
+def _span_queries(queries) -> list[str]:
+    return [
+        q["sql"] for q in queries if 'FROM "runs_span"' in q["sql"] or "runs_span qs" in q["sql"]
+    ]
 
 
 def partition_of(span_pk: int) -> str:
@@ -208,11 +235,86 @@ def test_a_read_by_session_scans_only_the_days_of_its_traces(project, days):
     assert {first.pk, last.pk} == {t.pk for t in session_traces(session)}
 
 
+def test_the_admin_lists_a_traces_spans_from_its_days_partition_only(
+    project, days, client, django_user_model
+):
+    trace = ingest(project, "t2", when=DAY2 + timedelta(hours=5))
+    ingest(project, "t1", when=DAY1 + timedelta(hours=5))
+    root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-root-123")
+    client.force_login(root)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(f"/admin/runs/trace/{trace.pk}/change/")
+    assert page.status_code == 200
+    assert "search" in page.content.decode() and "agent" in page.content.decode()
+    [spans] = _span_queries(queries.captured_queries)
+    assert read(spans) == {_name(DAY2)}
+
+
+def _run_with_outputs(project, outputs_by_day: dict) -> Run:
+    """A run whose invocation step recorded one trace per (day, output)."""
+    run = Run.objects.create(project=project, name="Nightly")
+    RunStep.objects.create(run=run, key="application-qa", type="invocation")
+    for index, (day, output) in enumerate(outputs_by_day.items()):
+        scenario = Scenario.objects.create(
+            project=project, run=run, index=index, inputs={"country": f"country {index}"}
+        )
+        trace = trace_record(project=project, name="qa", inputs=scenario.inputs, outputs=output)
+        move(trace, day + timedelta(hours=2))
+        Result.objects.create(
+            project=project, run=run, scenario=scenario, step_key="application-qa", trace=trace
+        )
+    return run
+
+
+def test_a_runs_output_search_reads_each_traces_day_only(project, days):
+    run = _run_with_outputs(project, {DAY1: "Lisbon", DAY3: "Porto"})
+    with CaptureQueriesContext(connection) as queries:
+        found, total = scenario_page(run, TableQuery(q="lisbon"))
+    assert ([s.index for s in found], total) == ([0], 1)
+    spans = _span_queries(queries.captured_queries)
+    partitions = [{n for n in read(sql) if n.startswith("runs_span")} for sql in spans]
+    assert len(partitions) == 2  # the count and the page
+    assert all(tables and tables <= {_name(DAY1), _name(DAY3)} for tables in partitions)
+
+
 def test_an_attribute_filter_still_finds_the_trace_on_its_day(project, days):
     ingest(project, "t1", when=DAY1 + timedelta(hours=1))
     ingest(project, "t2", when=DAY2 + timedelta(hours=1))
     found = trace_list(project=project, attributes={"ag.data.inputs.q": "t2"})
     assert [t.trace_id for t in found] == ["t2"]
+
+
+# --- no foreign key from spans to traces --------------------------------------------------------
+
+
+def _trace_keys() -> set[str]:
+    """The tables holding a foreign key from runs_span (or a partition) to runs_trace."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' "
+            "AND confrelid = 'runs_trace'::regclass AND conrelid::regclass::text LIKE 'runs_span%'"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_deleting_a_trace_through_django_still_deletes_its_spans(project):
+    trace = ingest(project, "t-gone")
+    kept = ingest(project, "t-kept")
+    trace.delete()
+    assert not Span.objects.filter(trace_id=trace.pk).exists()
+    assert Span.objects.filter(trace=kept).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_partition_has_a_foreign_key_to_traces_and_going_back_restores_it(db):
+    latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    assert _trace_keys() == set()
+    _migrate([("runs", "0009_session_rules")])
+    try:
+        assert _trace_keys() == {"runs_span"} | {p.name for p in partitions_list()}
+    finally:
+        _migrate(latest)
+    assert _trace_keys() == set()
 
 
 # --- migrating a database that has spans ---------------------------------------------------------
@@ -278,6 +380,7 @@ def test_migrating_an_existing_database_keeps_every_span_and_ingest_goes_on(proj
     _migrate(latest)
 
     assert _spans() == before
+    assert _trace_keys() == set()
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind FROM pg_class WHERE relname = 'runs_span'")
         assert cursor.fetchone()[0] == "p"

@@ -1,7 +1,8 @@
-"""Retention: traces older than their project's retention go (partitions dropped whole when
-nobody keeps anything in them, rows deleted otherwise), with what points at them handled as the
-models say; the dry run changes nothing and reports what the real run then does; owners set it
-and see the dry run on the settings page and the API."""
+"""Retention: production traces older than their project's retention go (partitions dropped
+whole when nobody keeps anything in them, rows deleted otherwise), with what points at them
+handled as the models say; traces that runs recorded stay with their runs; trimmed sessions do
+not look newly active to session rules; the dry run changes nothing and reports what the real
+run then does; owners set it and see the dry run on the settings page and the API."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from django.db import connection
 from django.utils import timezone
 
 from evalsite.services import project_create, project_trace_retention_set
+from evaluators.services import evaluator_create
 from runs import tasks
+from runs.engine import run_create, run_execute_inline
 from runs.models import Annotation, Result, Run, Scenario, Session, Span, Trace
-from runs.traces import retention_apply, retention_plan, trace_dict
+from runs.online import session_rule_sweep
+from runs.selectors import scenario_rows
+from runs.traces import retention_apply, retention_plan, trace_dict, trace_record
 from runs.traces.partitions import (
     RETENTION_LOCK,
     day_start,
@@ -25,7 +30,8 @@ from runs.traces.partitions import (
     partitions_list,
 )
 from tests.conftest import api_client_for
-from tests.runs.test_partitions import ingest
+from tests.runs.test_partitions import ingest, move
+from tests.runs.test_session_rules import JUDGE, converse, judged, session_rule, time_passes
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 NOW = timezone.now()
@@ -107,6 +113,78 @@ def test_old_partitions_are_dropped_and_old_traces_deleted_with_what_points_at_t
     assert list(Session.objects.values_list("session_id", "trace_count")) == [("chat-2", 1)]
 
 
+@pytest.mark.django_db(transaction=True)  # a drop needs the deletes' deferred checks committed
+def test_online_judge_calls_go_with_the_traces_they_judged(project, exact, old_day, settings):
+    settings.EVALSITE_TRACE_RETENTION_DAYS = 30
+    old = ingest(project, "old", session="chat-1", when=old_day + timedelta(hours=1))
+    _, annotation, _ = _cells(project, exact, old)
+    judge = trace_record(project=project, name="judge", inputs={}, outputs="ok", source="judge")
+    move(judge, old_day + timedelta(hours=2))
+    Annotation.objects.filter(pk=annotation.pk).update(judge_trace=judge)
+    old_partition = f"runs_span_p{old_day:%Y%m%d}"
+
+    retention_apply(now=NOW)
+
+    assert not Trace.objects.filter(pk__in=[old.pk, judge.pk]).exists()
+    assert not Span.objects.filter(trace_id__in=[old.pk, judge.pk]).exists()
+    # The judge's spans held the day this time (rows were deleted); the next run drops it.
+    assert old_partition in _names()
+    retention_apply(now=NOW)
+    assert old_partition not in _names()
+
+
+def _old_run(project, capitals, column_app, exact, day):
+    """A finished run whose invocation traces, and one judge call, arrived on ``day``."""
+    run = run_execute_inline(
+        run=run_create(
+            project=project, testset_version=capitals, application=column_app, revisions=[exact]
+        )
+    )
+    judge = trace_record(project=project, name="judge", inputs={}, outputs="ok", source="judge")
+    recorded = list(Trace.objects.filter(project=project).exclude(source__in=("api", "otlp")))
+    assert {t.source for t in recorded} == {"invocation", "judge"} and judge in recorded
+    for trace in recorded:
+        move(trace, day + timedelta(hours=3))
+    return run, recorded
+
+
+def test_traces_that_runs_recorded_outlive_the_cutoff_with_their_spans_and_outputs(
+    project, capitals, column_app, exact, old_day, settings
+):
+    settings.EVALSITE_TRACE_RETENTION_DAYS = 30
+    only_production = old_day - timedelta(days=1)
+    partition_create(only_production)
+    ingest(project, "prod-alone", when=only_production + timedelta(hours=1))
+    ingest(project, "prod-beside-the-run", when=old_day + timedelta(hours=1))
+    run, recorded = _old_run(project, capitals, column_app, exact, old_day)
+    dicts = {t.pk: trace_dict(t) for t in recorded}
+    scenarios = list(run.scenarios.all())
+    rows = [row["values"] for row in scenario_rows(run, scenarios)]
+    assert [row["outputs"] for row in rows][:3] == ["Paris", "Berlin", "Milan"]
+    annotations = list(
+        Annotation.objects.filter(trace__in=recorded).order_by("pk").values_list("pk", "outputs")
+    )
+    assert len(annotations) == 4
+
+    dry = retention_plan(now=NOW)
+    # The day with only production spans goes whole; the run's day is kept.
+    assert [p.name for p in dry.partitions] == [f"runs_span_p{only_production:%Y%m%d}"]
+    [row] = dry.projects
+    assert (row.traces, row.spans, row.run_traces) == (2, 4, len(recorded))
+
+    done = retention_apply(now=NOW)
+
+    assert done.as_dict() == {**dry.as_dict(), "dry_run": False}
+    names = _names()
+    assert f"runs_span_p{only_production:%Y%m%d}" not in names
+    assert f"runs_span_p{old_day:%Y%m%d}" in names
+    assert not Trace.objects.filter(source__in=("api", "otlp")).exists()  # its rows deleted
+    assert {t.pk: trace_dict(t) for t in recorded} == dicts  # spans and all
+    assert [row["values"] for row in scenario_rows(run, scenarios)] == rows
+    assert list(Annotation.objects.order_by("pk").values_list("pk", "outputs")) == annotations
+    assert retention_apply(now=NOW + timedelta(days=1)).partitions == []  # the run's day stays
+
+
 def test_a_shorter_project_retention_deletes_its_rows_and_keeps_the_shared_partition(
     project, old_day, settings
 ):
@@ -174,6 +252,42 @@ def test_the_beat_runs_both_tasks(project, old_day, settings):
     assert not Trace.objects.filter(trace_id="old").exists()
 
 
+@pytest.fixture
+def session_judge(project):
+    return evaluator_create(
+        project=project,
+        kind="code",
+        name="Conversation",
+        parameters={"runtime": "python", "code": JUDGE, "version": "2"},
+    ).head
+
+
+def test_sessions_trimmed_by_retention_do_not_look_newly_active_to_session_rules(
+    project, session_judge, old_day, settings
+):
+    settings.EVALSITE_TRACE_RETENTION_DAYS = 30
+    converse(project, "chat-before")  # idle before the rule existed: the past is a backfill
+    time_passes(3 * 3600)
+    rule = session_rule(project, session_judge)
+    converse(project, "chat-judged")
+    time_passes()
+    assert session_rule_sweep(rule_id=rule.pk) == 1
+    assert judged(rule) == ["chat-judged"]
+    for session_id in ("chat-before", "chat-judged"):  # their first two turns are old
+        for number in (1, 2):
+            move(Trace.objects.get(trace_id=f"{session_id}-turn-{number}"), old_day)
+    arrived = dict(Session.objects.values_list("session_id", "updated_at"))
+
+    retention_apply(now=NOW)
+
+    trimmed = Session.objects.values_list("session_id", "trace_count", "updated_at")
+    assert {(sid, count) for sid, count, _ in trimmed} == {("chat-before", 3), ("chat-judged", 3)}
+    assert {sid: updated for sid, _, updated in trimmed} == arrived
+    time_passes()
+    assert session_rule_sweep(rule_id=rule.pk) == 0
+    assert judged(rule) == ["chat-judged"]  # neither judged again nor judged late
+
+
 # --- the command -------------------------------------------------------------------------------
 
 
@@ -182,10 +296,12 @@ def test_the_command_dry_run_reports_and_the_real_run_deletes(project, old_day, 
     ingest(project, "old", when=old_day + timedelta(hours=1))
     call_command("traces_retention", "--dry-run", "--project", "acme")
     out = capsys.readouterr().out
-    assert "Would drop 1 partition(s)" in out and "acme: would lose 1 trace(s), 2 span(s)" in out
+    assert "Would drop 1 partition(s)" in out
+    assert "acme: would lose 1 production trace(s), 2 span(s)" in out
+    assert "0 older trace(s) recorded by runs are kept" in out
     assert Trace.objects.filter(trace_id="old").exists()
     call_command("traces_retention", "--project", "acme")
-    assert "acme: lost 1 trace(s), 2 span(s)" in capsys.readouterr().out
+    assert "acme: lost 1 production trace(s), 2 span(s)" in capsys.readouterr().out
     assert not Trace.objects.filter(trace_id="old").exists()
 
 

@@ -9,7 +9,8 @@ from runs.traces import Retention, partitions_ensure, retention_apply, retention
 class Command(BaseCommand):
     help = (
         "Apply trace retention now (what the beat does every hour): drop the span partitions "
-        "nobody keeps anything in, delete each project's traces older than its retention. "
+        "nobody keeps anything in, delete each project's production traces (api, otlp) older "
+        "than its retention; traces recorded by runs stay with their runs. "
         "--dry-run only says what would go. docs/traces.md, 'Partitions and retention'."
     )
 
@@ -50,9 +51,10 @@ def _text(report: Retention) -> str:
             lines.append(f"{row.slug}: keeps its traces forever")
             continue
         lines.append(
-            f"{row.slug}: {verb} {row.traces} trace(s), {row.spans} span(s) older than "
-            f"{row.cutoff:%Y-%m-%d} ({row.days} days); oldest kept: "
-            f"{row.oldest_kept.isoformat() if row.oldest_kept else 'none'}"
+            f"{row.slug}: {verb} {row.traces} production trace(s), {row.spans} span(s) older "
+            f"than {row.cutoff:%Y-%m-%d} ({row.days} days); oldest kept: "
+            f"{row.oldest_kept.isoformat() if row.oldest_kept else 'none'}; "
+            f"{row.run_traces} older trace(s) recorded by runs are kept"
         )
     if report.default_rows:
         lines.append(
