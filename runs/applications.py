@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,14 @@ from typing import Any
 import httpx
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    ValidationError,
+    model_serializer,
+)
 
 from evalsite import outbound
 from evalsite.errors import InvalidInput, pydantic_fields
@@ -31,6 +39,19 @@ RETRY = outbound.Backoff(base_seconds=0.1, max_seconds=10.0)
 class ColumnConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outputs_column: str = Field("outputs", description="The testset column holding the outputs.")
+    error_column: str = Field(
+        "",
+        description="A testset column that, when a row has a value in it, says the outputs "
+        "failed: the row's invocation is that error, not its outputs (empty: none).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unused_error_column(self, handler) -> dict[str, Any]:
+        """An application without an error column is stored as it always was."""
+        data = handler(self)
+        if not data.get("error_column"):
+            data.pop("error_column", None)
+        return data
 
 
 class LoggedConfig(BaseModel):
@@ -132,7 +153,8 @@ def invoke_many(application: Application, inputs_list: list[dict[str, Any]]) -> 
     """Call the application once per inputs; never raises for a failing call."""
     if application.kind == Application.Kind.COLUMN:
         column = application.config.get("outputs_column", "outputs")
-        return [_from_column(inputs, column) for inputs in inputs_list]
+        error_column = application.config.get("error_column", "")
+        return [_from_column(inputs, column, error_column) for inputs in inputs_list]
     if application.kind == Application.Kind.HTTP:
         config = HttpConfig.model_validate(application.config)
         with (
@@ -151,7 +173,13 @@ def invoke_many(application: Application, inputs_list: list[dict[str, Any]]) -> 
     ]
 
 
-def _from_column(inputs: dict[str, Any], column: str) -> Invocation:
+def _from_column(inputs: dict[str, Any], column: str, error_column: str = "") -> Invocation:
+    failed = inputs.get(error_column) if error_column else None
+    if failed not in (None, ""):
+        # The outputs were never produced (a failed production call): an error, never outputs
+        # for evaluators to score.
+        message = failed if isinstance(failed, str) else json.dumps(failed, default=str)
+        return Invocation(inputs, error=_error("outputs_failed", message[:2000]))
     if column not in inputs:
         columns = ", ".join(sorted(inputs)) or "none"
         return Invocation(

@@ -30,10 +30,21 @@ class ReplayFiltersSerializer(serializers.Serializer):
         required=False, allow_blank=True, help_text="`ok`, or `error` (any span failed)."
     )
     since = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="Started at or after this."
+        required=False,
+        allow_null=True,
+        help_text="Traces: started at or after this. Sessions: last active at or after this.",
     )
     until = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="Started before this."
+        required=False,
+        allow_null=True,
+        help_text="Traces: started before this. Sessions: last active before this.",
+    )
+    min_turns = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=1_000_000,
+        help_text="Sessions only: at least this many traces (turns).",
     )
     name = serializers.CharField(
         required=False, allow_blank=True, help_text="Traces only: the root span's name, exactly."
@@ -63,7 +74,8 @@ class ReplayCreateSerializer(serializers.Serializer):
     limit = serializers.IntegerField(
         required=False,
         default=online.REPLAY_DEFAULT_LIMIT,
-        help_text=f"The newest this many matches become rows (1 to {online.REPLAY_MAX_LIMIT:,}).",
+        help_text=f"The newest this many matches become rows (1 to {online.REPLAY_MAX_LIMIT:,}); "
+        "refused, saying how many fit, when their rows exceed the testset size limit.",
     )
     name = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=200, help_text="A new testset."
@@ -183,8 +195,9 @@ def _testset(project, ref: str):
 @api_view(["POST"])
 def replays(request):
     """Replay production: the newest matching production traces (or sessions: their first
-    turn) become a testset with `production_output` and, where people gave one,
-    `correct_answer`; two runs with the same evaluators are queued over it, production's outputs
+    turn) become a testset with `production_output` (for a failed trace, its error in
+    `production_error`: the production side records an error there, never a score) and, where
+    people gave one, `correct_answer`; two runs with the same evaluators are queued over it, production's outputs
     (tag `side:production`) and the application's (`side:candidate`), both tagged
     `replay:<id>`. Answers both runs and the comparison's links. Needs the editor role."""
     body = ReplayCreateSerializer(data=request.data)

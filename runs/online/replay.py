@@ -3,15 +3,18 @@ two runs over it with the same evaluators, the production outputs as they were a
 application version, are queued so the comparison pairs them row by row (docs/replay.md).
 
 A row holds the root span's inputs (a dict's keys as columns, anything else as ``input``), the
-production output (``production_output``), where it came from (``source_trace_id``,
-``source_session_id``) and, when people gave one, the ground truth (``correct_answer``): the
-newest correction or gold label on that trace carrying one of ``TRUTH_KEYS``. A session's row is
+production output (``production_output``), or, when the root failed, its error
+(``production_error``: the production side records that error, never a score), where it came
+from (``source_trace_id``, ``source_session_id``) and, when people gave one, the ground truth
+(``correct_answer``): the newest correction or gold label on that trace carrying one of
+``TRUTH_KEYS``. A session's row is
 its first production trace's: the first user turn, and what production answered to it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,12 +50,17 @@ REPLAY_SOURCES = ("traces", "sessions")
 REPLAY_DEFAULT_LIMIT = 1_000
 REPLAY_MAX_LIMIT = 10_000
 SAMPLE_ROWS = 10
-CHUNK = 1_000  # traces whose roots and annotations are read per query
+# Traces whose roots and annotations are read per query: a root may hold up to a MiB, so a
+# chunk bounds what one query brings in, and a replay too big for a testset stops early.
+CHUNK = 200
 SLUG_ATTEMPTS = 3
 
 PRODUCTION_COLUMN = "production_output"
+PRODUCTION_ERROR_COLUMN = "production_error"  # only in the rows of failed traces
+FAILED_WITHOUT_MESSAGE = "The production trace failed (its root span's status is error)."
 TRUTH_COLUMN = "correct_answer"
 INPUT_COLUMN = "input"  # the inputs when the root's inputs are not an object
+BLANK_INPUT = "input_blank"  # an input key that is empty or only spaces, which no column may be
 SOURCE_COLUMNS = ("source_trace_id", "source_session_id")
 # An annotation's outputs key that holds the right answer, in the order they are looked for.
 TRUTH_KEYS = (
@@ -69,21 +77,30 @@ TRUTH_KEYS = (
 TRUTH_ORIGINS = (Origin.HUMAN, Origin.CUSTOM, Origin.GOLD)
 
 PRODUCTION_APP_SLUG = "production-replayed"
+PRODUCTION_CONFIG = {"outputs_column": PRODUCTION_COLUMN, "error_column": PRODUCTION_ERROR_COLUMN}
 PRODUCTION_APP_NAME = "Production (replayed)"
-SESSION_FILTERS = ("search", "status", "since", "until")
+SESSION_FILTERS = ("search", "status", "since", "until", "min_turns")
+ROW_NUMBER = re.compile(r"^row (\d+)")  # how testsets name a row in their refusals
 
 
 class ReplayFilters(BaseModel):
     """Which production traces (or sessions) to replay: the traces list's filters, or the
     sessions list's (``search`` in the session id, ``status``, ``since`` and ``until`` on the
-    last activity)."""
+    last activity, ``min_turns``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     search: str = Field("", max_length=300, description="Traces: in the name, or a trace id.")
     status: Literal["", "ok", "error"] = ""
-    since: datetime | None = Field(None, description="Started at or after this.")
-    until: datetime | None = Field(None, description="Started before this.")
+    since: datetime | None = Field(
+        None, description="Traces: started at or after this. Sessions: last active at or after."
+    )
+    until: datetime | None = Field(
+        None, description="Traces: started before this. Sessions: last active before this."
+    )
+    min_turns: int | None = Field(
+        None, ge=1, le=1_000_000, description="Sessions: at least this many traces."
+    )
     name: str = Field("", max_length=300, description="Traces: the root span's name, exactly.")
     source: Literal["", "api", "otlp"] = Field("", description="Traces: how they were sent.")
     attributes: dict[str, str | bool | int | float] = Field(
@@ -160,8 +177,14 @@ def replay_filters_parse(source: str, raw: Any) -> ReplayFilters:
         extra = [k for k, v in raw.items() if k not in SESSION_FILTERS and v not in ("", {}, None)]
         if extra:
             raise InvalidInput(
-                {f"filters.{extra[0]}": ["sessions are filtered by search, status, since, until"]}
+                {
+                    f"filters.{extra[0]}": [
+                        "sessions are filtered by search, status, since, until, min_turns"
+                    ]
+                }
             )
+    elif found.min_turns is not None:
+        raise InvalidInput({"filters.min_turns": ["only sessions are filtered by their turns"]})
     return found
 
 
@@ -178,8 +201,12 @@ def replay_limit_check(limit: Any) -> int:
 
 
 def _with_root(traces: QuerySet[Trace]) -> QuerySet[Trace]:
-    """Traces whose root span arrived: a trace without one has no inputs to replay."""
-    return traces.filter(Exists(Span.objects.filter(trace_id=OuterRef("pk"), parent_id="")))
+    """Traces whose root span arrived: a trace without one has no inputs to replay. The root is
+    looked for in its trace's arrival time, the span table's partition key."""
+    roots = Span.objects.filter(
+        trace_id=OuterRef("pk"), trace_time=OuterRef("created_at"), parent_id=""
+    )
+    return traces.filter(Exists(roots))
 
 
 def traces_selected(*, project: Project, filters: ReplayFilters) -> QuerySet[Trace]:
@@ -200,13 +227,15 @@ def traces_selected(*, project: Project, filters: ReplayFilters) -> QuerySet[Tra
 
 def sessions_selected(*, project: Project, filters: ReplayFilters) -> QuerySet[Session]:
     """Sessions matching the sessions list's filters (``since`` / ``until`` on their last
-    activity) that hold a production trace, most recently active first."""
+    activity, ``min_turns`` traces at least) that hold a production trace, most recently active
+    first."""
     sessions = session_list(
         project=project,
         search=filters.search,
         status=filters.status,
         since=filters.aware(filters.since),
         until=filters.aware(filters.until),
+        min_traces=filters.min_turns,
     )
     turns = _with_root(
         Trace.objects.filter(
@@ -228,22 +257,46 @@ def _selected(project: Project, source: str, filters: ReplayFilters) -> QuerySet
 
 
 def replay_rows(
-    *, project: Project, source: str, items: Iterable[Trace] | Iterable[Session]
+    *,
+    project: Project,
+    source: str,
+    items: Iterable[Trace] | Iterable[Session],
+    max_bytes: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The testset rows of these traces (or sessions), in their order."""
+    """The testset rows of these traces (or sessions), in their order. With ``max_bytes``, the
+    rows (as JSON) must fit in that many bytes: reading stops at the chunk that goes over, and
+    the refusal says how many rows fit."""
     items = list(items)
     if source == "sessions":
         firsts = _first_turns(project, [s.session_id for s in items])
         pairs = [(firsts[s.session_id], s.session_id) for s in items if s.session_id in firsts]
     else:
         pairs = [(trace, None) for trace in items]
-    traces = [trace for trace, _ in pairs]
-    roots, truths = {}, {}
-    for start in range(0, len(traces), CHUNK):
-        chunk = traces[start : start + CHUNK]
-        roots |= _roots(chunk)
-        truths |= _truths(project, [t.pk for t in chunk])
-    return [_row(trace, session_id, roots.get(trace.pk), truths) for trace, session_id in pairs]
+    rows: list[dict[str, Any]] = []
+    size = 0
+    for start in range(0, len(pairs), CHUNK):
+        chunk = pairs[start : start + CHUNK]
+        traces = [trace for trace, _ in chunk]
+        roots, truths = _roots(traces), _truths(project, [t.pk for t in traces])
+        for trace, session_id in chunk:
+            row = _row(trace, session_id, roots.get(trace.pk), truths)
+            if max_bytes is not None:
+                size += len(json.dumps(row, ensure_ascii=False, default=str).encode())
+                if size > max_bytes:
+                    raise _too_big(source, len(pairs), len(rows), max_bytes)
+            rows.append(row)
+    return rows
+
+
+def _too_big(source: str, count: int, fit: int, max_bytes: int) -> InvalidInput:
+    mb = f"{max_bytes / 1_048_576:.1f} MB" if max_bytes >= 1_048_576 else f"{max_bytes:,} bytes"
+    if not fit:
+        reason = f"the newest production {source.removesuffix('s')} alone is larger than {mb}"
+    else:
+        reason = f"only the newest {fit:,} fit in {mb}; set at most {fit:,} or narrow the filters"
+    return InvalidInput(
+        {"limit": [f"The {count:,} rows are more than a testset may hold: {reason}."]}
+    )
 
 
 def _first_turns(project: Project, session_ids: list[str]) -> dict[str, Trace]:
@@ -262,9 +315,9 @@ def _first_turns(project: Project, session_ids: list[str]) -> dict[str, Trace]:
     return firsts
 
 
-def _roots(traces: list[Trace]) -> dict[int, tuple[Any, Any]]:
-    """(inputs, outputs) of each trace's root span, read without the rest of its attributes
-    and without its other spans. The spans are looked for within their traces' arrival times,
+def _roots(traces: list[Trace]) -> dict[int, tuple[Any, Any, str, str]]:
+    """(inputs, outputs, status, status message) of each trace's root span, read without the
+    rest of its attributes and without its other spans. The spans are looked for within their traces' arrival times,
     the span table's partition key."""
     if not traces:
         return {}
@@ -276,12 +329,17 @@ def _roots(traces: list[Trace]) -> dict[int, tuple[Any, Any]]:
         trace_time__lte=max(arrived),
     ).order_by("trace_id", "start_time", "id")
     root_of = {t.pk: t.root_span_id for t in traces}
-    found: dict[int, tuple[Any, Any]] = {}
-    for trace_id, span_id, inputs, outputs in spans.values_list(
-        "trace_id", "span_id", "attributes__ag__data__inputs", "attributes__ag__data__outputs"
+    found: dict[int, tuple[Any, Any, str, str]] = {}
+    for trace_id, span_id, *root in spans.values_list(
+        "trace_id",
+        "span_id",
+        "attributes__ag__data__inputs",
+        "attributes__ag__data__outputs",
+        "status",
+        "status_message",
     ):
         if trace_id not in found or span_id == root_of[trace_id]:
-            found[trace_id] = (inputs, outputs)
+            found[trace_id] = tuple(root)
     return found
 
 
@@ -309,20 +367,42 @@ def _truths(project: Project, trace_pks: list[int]) -> dict[int, Any]:
 
 
 def _row(trace: Trace, session_id: str | None, root, truths: dict[int, Any]) -> dict[str, Any]:
-    inputs, outputs = root or (None, None)
+    inputs, outputs, status, message = root or (None, None, "ok", "")
     truth = truths.get(trace.pk)
-    reserved = {PRODUCTION_COLUMN, *SOURCE_COLUMNS, *([TRUTH_COLUMN] if truth is not None else [])}
-    if isinstance(inputs, dict):
-        # An input named like a column the replay adds keeps its value under input_<name>.
-        row = {(f"input_{k}" if k in reserved else k): v for k, v in inputs.items()}
-    else:
-        row = {INPUT_COLUMN: inputs}
+    failed = status == "error"
+    reserved = {
+        PRODUCTION_COLUMN,
+        *SOURCE_COLUMNS,
+        *([TRUTH_COLUMN] if truth is not None else []),
+        *([PRODUCTION_ERROR_COLUMN] if failed else []),
+    }
+    row = _input_columns(inputs, reserved) if isinstance(inputs, dict) else {INPUT_COLUMN: inputs}
     if truth is not None:
         row[TRUTH_COLUMN] = truth
     row[PRODUCTION_COLUMN] = outputs
+    if failed:
+        row[PRODUCTION_ERROR_COLUMN] = message or FAILED_WITHOUT_MESSAGE
     row["source_trace_id"] = trace.trace_id
     if session_id is not None:
         row["source_session_id"] = session_id
+    return row
+
+
+def _input_columns(inputs: dict[str, Any], reserved: set[str]) -> dict[str, Any]:
+    """The inputs as columns. One named like a column the replay adds keeps its value under
+    ``input_<name>``; an empty or blank key, which no column may have, becomes ``input_blank``
+    (``input_blank_2``, ... for more)."""
+    row: dict[str, Any] = {}
+    blanks = 0
+    for key, value in inputs.items():
+        if not key.strip():
+            blanks += 1
+            key = BLANK_INPUT if blanks == 1 else f"{BLANK_INPUT}_{blanks}"
+            while key in inputs or key in row:
+                key = f"{key}_"
+        elif key in reserved:
+            key = f"input_{key}"
+        row[key] = value
     return row
 
 
@@ -373,7 +453,7 @@ def replay_create(
     items = list(_selected(project, source, filters)[:limit])
     if not items:
         raise InvalidInput({"filters": [f"No production {source} match these filters."]})
-    rows = replay_rows(project=project, source=source, items=items)
+    rows = replay_rows(project=project, source=source, items=items, max_bytes=testsets.max_bytes())
     replay_id = uuid.uuid4().hex[:12]
     with transaction.atomic():
         version = _testset_version(project, user, source, rows, name, testset)
@@ -419,7 +499,10 @@ def _check_choices(project, testset, application, evaluators) -> None:
 def _testset_version(project, user, source, rows, name, testset) -> TestsetVersion:
     message = f"Replayed {len(rows)} production {source}"
     if testset is not None:
-        return testsets.testset_revise(testset=testset, rows=rows, message=message, author=user)
+        try:
+            return testsets.testset_revise(testset=testset, rows=rows, message=message, author=user)
+        except InvalidInput as exc:
+            raise _row_problems(exc, rows)
     stamp = timezone.localtime().strftime("%Y-%m-%d %H:%M")
     name = name.strip() or f"Production replay {stamp}"
     for _ in range(SLUG_ATTEMPTS):
@@ -431,12 +514,32 @@ def _testset_version(project, user, source, rows, name, testset) -> TestsetVersi
             ).head
         except IntegrityError:
             continue
+        except InvalidInput as exc:
+            raise _row_problems(exc, rows)
     raise InvalidInput({"name": ["Other testsets of this name are being made; try again."]})
 
 
+def _row_problems(exc: InvalidInput, rows: list[dict[str, Any]]) -> InvalidInput:
+    """A testset's refusal of the replayed rows, said of the request: a row's problem names the
+    trace it came from (under ``filters``, which chose it), anything else is the ``limit``'s."""
+    fields: dict[str, list[str]] = {}
+    for name, reasons in exc.fields.items():
+        for reason in reasons:
+            number = ROW_NUMBER.match(reason) if name == "rows" else None
+            if number and 1 <= int(number[1]) <= len(rows):
+                trace_id = rows[int(number[1]) - 1].get("source_trace_id")
+                fields.setdefault("filters", []).append(f"trace {trace_id!r} ({reason})")
+            elif name == "rows":
+                fields.setdefault("limit", []).append(reason)
+            else:
+                fields.setdefault(name, []).append(reason)
+    return InvalidInput(fields, status=exc.status)
+
+
 def production_application(project: Project) -> Application:
-    """The project's column application reading ``production_output``: made once, shared by
-    every replay. Two replays making it at once both end up with the one that was stored."""
+    """The project's column application reading ``production_output`` (and, for a failed
+    trace, its ``production_error``): made once, shared by every replay. Two replays making it
+    at once both end up with the one that was stored."""
     found = _production_application(project)
     if found is not None:
         return found
@@ -450,7 +553,7 @@ def production_application(project: Project) -> Application:
                 name=PRODUCTION_APP_NAME,
                 slug=slug,
                 kind=Application.Kind.COLUMN,
-                config={"outputs_column": PRODUCTION_COLUMN},
+                config=PRODUCTION_CONFIG,
                 description="The outputs production gave, replayed from traces.",
             )
     except IntegrityError:
@@ -461,7 +564,17 @@ def _production_application(project: Project) -> Application | None:
     apps = Application.objects.for_project(project).filter(
         kind=Application.Kind.COLUMN, config__outputs_column=PRODUCTION_COLUMN
     )
-    return apps.filter(slug=PRODUCTION_APP_SLUG).first() or apps.order_by("pk").first()
+    current = apps.filter(config__error_column=PRODUCTION_ERROR_COLUMN)
+    found = current.filter(slug=PRODUCTION_APP_SLUG).first() or current.order_by("pk").first()
+    if found is not None:
+        return found
+    # One made before failed traces carried their error: it learns to read it (the same
+    # update from two replays at once gives the same config).
+    made = apps.filter(slug=PRODUCTION_APP_SLUG).exclude(config__has_key="error_column").first()
+    if made is not None:
+        made.config = {**made.config, **PRODUCTION_CONFIG}
+        Application.objects.filter(pk=made.pk).update(config=made.config)
+    return made
 
 
 def replay_runs(*, project: Project, replay_id: str) -> dict[str, Run]:

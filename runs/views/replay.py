@@ -77,6 +77,7 @@ def _filters(source: str, form: forms.Form) -> online.ReplayFilters:
         status=data.get("status") or "",
         since=data.get("since"),
         until=data.get("until"),
+        min_turns=data.get("min_turns"),
     )
 
 

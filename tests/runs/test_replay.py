@@ -5,6 +5,7 @@ engine with tasks executed inline."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -15,8 +16,10 @@ from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create
 from runs import compare, online
 from runs.annotations import annotation_create
-from runs.applications import application_create
-from runs.models import Application, Run, Scenario, Testcase, Testset, TestsetVersion
+from runs.api.replay import ReplayFiltersSerializer
+from runs.applications import application_create, invoke_many
+from runs.models import Application, Result, Run, Scenario, Testcase, Testset, TestsetVersion
+from runs.online.replay import traces_selected
 from runs.traces import trace_ingest
 from tests.runs.factories import make_testset
 from tests.servers import Reply
@@ -203,7 +206,10 @@ def test_it_replays_production_and_compares_the_new_version(
     candidate_run = Run.objects.get(pk=data["runs"]["candidate"]["id"])
     assert production_run.tags == {"replay": data["replay"], "side": "production"}
     assert candidate_run.tags == {"replay": data["replay"], "side": "candidate"}
-    assert production_run.application.config == {"outputs_column": "production_output"}
+    assert production_run.application.config == {
+        "outputs_column": "production_output",
+        "error_column": "production_error",
+    }
     assert not production_run.is_active and not candidate_run.is_active
     assert len(http_server.requests) == 5  # the candidate was called once a row
     assert {r.json()["inputs"]["country"] for r in http_server.requests} == set(PRODUCTION)
@@ -592,3 +598,149 @@ def test_an_attribute_filter_matches_a_boolean(project):
     _ingest(project, spans)
     preview = online.replay_preview(project=project, filters={"attributes": {"ag.meta.beta": True}})
     assert [row["source_trace_id"] for row in preview.rows] == ["t-flag"]
+
+
+# --- failed traces, sizes, odd inputs -------------------------------------------------------------
+
+
+def test_a_failed_production_trace_is_an_error_not_a_score(
+    project, exact, candidate, celery_eager, django_capture_on_commit_callbacks
+):
+    """A root that failed (status error, no outputs) carries its error in the row; production's
+    side records that error and its evaluators skip the row, the candidate is still scored, and
+    the comparison leaves the pair out as an error."""
+    failed = _span("t-failed", "qa", {"country": "Spain"}, None, 1)
+    failed["attributes"]["ag"]["data"].pop("outputs")
+    failed |= {"status": "error", "status_message": "upstream timeout"}
+    _ingest(project, [_span("t-ok", "qa", {"country": "France"}, "Paris", 0), failed])
+    for trace_id, answer in (("t-ok", "Paris"), ("t-failed", "Madrid")):
+        annotation_create(
+            project=project,
+            trace_id=trace_id,
+            outputs={"correct_answer": answer},
+            origin="human",
+            evaluator="correction",
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        replay = online.replay_create(
+            project=project, application=candidate, evaluators=[exact.head]
+        )
+    rows = _rows(replay.version)
+    assert rows["t-failed"]["production_error"] == "upstream timeout"
+    assert "production_error" not in rows["t-ok"]
+
+    def cells(run):
+        results = Result.objects.filter(run=run, scenario__inputs__source_trace_id="t-failed")
+        return {r.step_key.split("-")[0]: r for r in results}
+
+    production = cells(replay.production)
+    assert production["application"].status == "error"
+    assert production["application"].error["message"] == "upstream timeout"
+    assert production["evaluator"].status == "skipped"
+    assert production["evaluator"].annotation_id is None  # no score for production
+    scored = cells(replay.candidate)["evaluator"]
+    assert scored.status == "success" and scored.annotation.outputs == {"success": True}
+
+    comparison = compare.comparison_get(
+        project=project, run_ids=[str(replay.production.pk), str(replay.candidate.pk)]
+    )
+    (stats,) = [
+        s for s in compare.comparison_report(comparison)["stats"] if s["metric"] == "exact.success"
+    ]
+    assert [r["count"] for r in stats["runs"]] == [1, 2]  # production scored the good row only
+    (test,) = stats["tests"]
+    assert test["n"] == 1 and sum(test["excluded"].values()) == 1
+
+
+def test_a_column_application_reads_an_error_column(project):
+    """Any column application may name an error column: a row with a value there is that
+    error; a row without reads its outputs as before."""
+    app = application_create(
+        project=project,
+        name="Answers",
+        kind="column",
+        config={"outputs_column": "out", "error_column": "err"},
+    )
+    ok, failed = invoke_many(app, [{"out": "Paris", "err": ""}, {"out": None, "err": "boom"}])
+    assert ok.ok and ok.outputs == "Paris"
+    assert not failed.ok and failed.error["message"] == "boom"
+    plain = application_create(project=project, name="Plain", kind="column", config={})
+    assert plain.config == {"outputs_column": "outputs"}  # stored as before without one
+
+
+def test_a_replay_too_big_for_a_testset_says_how_many_rows_fit(
+    api, project, production, exact, candidate, settings
+):
+    """The rows are measured while they are built and reading stops where they go over the
+    testset size limit: a 400 on ``limit`` saying how many fit, and nothing created."""
+    newest = online.replay_preview(project=project, filters=BODY["filters"], limit=3).rows
+    sizes = [len(json.dumps(row, ensure_ascii=False).encode()) for row in newest]
+    settings.EVALSITE_TESTSET_MAX_BYTES = sizes[0] + sizes[1] + sizes[2] // 2
+    before = _counts()
+    body = {**BODY, "application": candidate.slug, "evaluators": ["exact"]}
+    response = api.post("/api/v1/replays", body, format="json")
+    assert response.status_code == 400, response.content
+    (reason,) = response.json()["error"]["fields"]["limit"]
+    assert "only the newest 2 fit" in reason, reason
+    assert _counts() == before
+    fits = api.post("/api/v1/replays", {**body, "limit": 2}, format="json")
+    assert fits.status_code == 201, fits.content
+
+
+def test_blank_input_keys_get_a_column_name(api, project, exact, candidate):
+    _ingest(
+        project,
+        [
+            _span("t-ok", "qa", {"country": "France"}, "Paris", 0),
+            _span("t-odd", "qa", {"": "empty", " ": "blank", "country": "Peru"}, "Lima", 1),
+        ],
+    )
+    body = {"application": candidate.slug, "evaluators": ["exact"]}
+    response = api.post("/api/v1/replays", body, format="json")
+    assert response.status_code == 201, response.content
+    rows = _rows(TestsetVersion.objects.get(testset__slug=response.json()["testset"]["slug"]))
+    odd = rows["t-odd"]
+    assert {odd["input_blank"], odd["input_blank_2"]} == {"empty", "blank"}
+    assert odd["country"] == "Peru" and "" not in odd and " " not in odd
+
+
+def test_a_row_the_testset_refuses_names_its_trace(api, project, exact, candidate, settings):
+    _ingest(project, [_span(f"t-{n}", "qa", {"n": n}, "x", n) for n in range(3)])
+    settings.EVALSITE_TESTSET_MAX_ROWS = 2
+    body = {"application": candidate.slug, "evaluators": ["exact"]}
+    before = _counts()
+    response = api.post("/api/v1/replays", body, format="json")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == ["limit"]
+    assert _counts() == before
+
+
+def test_a_session_replay_keeps_the_minimum_turns(editor_client, project):
+    _ingest(
+        project,
+        [
+            _span("s1-a", "chat", {"message": "capital of France?"}, "Paris", 0, session_id="s1"),
+            _span("s1-b", "chat", {"message": "and Spain?"}, "Madrid", 1, session_id="s1"),
+            _span("s2-a", "chat", {"message": "capital of Peru?"}, "Lima", 2, session_id="s2"),
+        ],
+    )
+    preview = online.replay_preview(project=project, source="sessions", filters={"min_turns": 2})
+    assert [row["source_session_id"] for row in preview.rows] == ["s1"]
+    page = editor_client.get("/p/acme/replay/new?source=sessions&min_turns=2").content.decode()
+    assert "1 production session matches" in page and 'name="min_turns"' in page
+    with pytest.raises(InvalidInput) as refused:
+        online.replay_preview(project=project, filters={"min_turns": 2})
+    assert list(refused.value.fields) == ["filters.min_turns"]
+
+
+def test_a_root_is_looked_for_in_its_trace_partition(project):
+    """The span table is partitioned by ``trace_time``: the root probe names it, so PostgreSQL
+    reads one partition per trace instead of every one."""
+    sql = str(traces_selected(project=project, filters=online.ReplayFilters()).query)
+    assert '"trace_time" = ("runs_trace"."created_at")' in sql
+
+
+def test_the_api_says_session_times_are_the_last_activity():
+    fields = ReplayFiltersSerializer().fields
+    assert "Sessions: last active" in fields["since"].help_text
+    assert "Sessions: last active" in fields["until"].help_text
