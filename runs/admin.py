@@ -30,7 +30,7 @@ from runs.models import (
     Trace,
     WorkUnit,
 )
-from runs.online import online_backfill
+from runs.online import online_backfill, rule_target_check
 
 
 class TestsetVersionInline(admin.TabularInline):
@@ -366,8 +366,31 @@ class RunMetricsAdmin(ReadOnlyAdmin):
         return pretty_json(obj.data)
 
 
+class OnlineRuleAdminForm(forms.ModelForm):
+    """The service's checks on the target: an idle time in bounds (a session rule idle for 0 s
+    would judge each session at every turn), an evaluator that judges sessions."""
+
+    class Meta:
+        model = OnlineRule
+        fields = ["revision", "idle_seconds"]  # the admin adds the rest of its fields
+
+    def clean(self):
+        data = super().clean()
+        if "idle_seconds" not in data:  # not a number: the field says so already
+            return data
+        target = data.get("target", self.instance.target)  # read-only once the rule exists
+        revision = data.get("revision", self.instance.revision if self.instance.pk else None)
+        try:
+            rule_target_check(revision, target, data.get("idle_seconds"))
+        except InvalidInput as exc:
+            for field, reasons in exc.fields.items():
+                self.add_error(field if field in self.fields else None, reasons)
+        return data
+
+
 @admin.register(OnlineRule)
 class OnlineRuleAdmin(admin.ModelAdmin):
+    form = OnlineRuleAdminForm
     list_display = [
         "name",
         "project",

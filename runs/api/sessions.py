@@ -4,7 +4,7 @@ summary with its traces and conversation, or whole as session evaluators receive
 from __future__ import annotations
 
 from django.http import Http404
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -75,6 +75,12 @@ class SessionFiltersSerializer(serializers.Serializer):
     search = serializers.CharField(
         required=False, max_length=200, help_text="Substring of the session id."
     )
+    session_id = serializers.CharField(
+        required=False,
+        trim_whitespace=False,
+        help_text="Exactly this session id (any characters, URL-encoded): the session whose id "
+        "cannot be a URL path.",
+    )
     status = serializers.ChoiceField(
         required=False, choices=["ok", "error"], help_text="error: any of its traces failed."
     )
@@ -128,6 +134,7 @@ def session_list_api(request):
     sessions = session_list(
         project=request.project,
         search=data.get("search", ""),
+        session_id=data.get("session_id"),
         status=data.get("status", ""),
         since=data.get("since"),
         until=data.get("until"),
@@ -228,6 +235,8 @@ def session_detail_api(request, session_id: str):
 
 urlpatterns = [
     path("sessions", session_list_api, name="api-session-list"),
-    # path, not str: a session id is the client's free text and may hold slashes.
-    path("sessions/<path:session_id>", session_detail_api, name="api-session-detail"),
+    # Any characters: a session id is the client's free text and may hold slashes or newlines
+    # (``<path:...>`` stops at a newline). Ids with ``..`` segments are best asked for with
+    # ``GET /sessions?session_id=``, which no client normalises.
+    re_path(r"^sessions/(?P<session_id>[\s\S]+)$", session_detail_api, name="api-session-detail"),
 ]

@@ -41,6 +41,7 @@ from runs.online.rules import (
     online_sampled,
     rule_candidates,
     rule_slug,
+    rule_target_check,
     traces_matching,
     traces_sampled,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "replay_runs",
     "rule_candidates",
     "rule_slug",
+    "rule_target_check",
     "session_candidates",
     "session_rule_sweep",
     "sessions_matching",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max, QuerySet
 from django.utils import timezone
@@ -28,6 +29,7 @@ from runs.models import (
     RunMetrics,
     RunStatus,
     Scenario,
+    SessionRuleState,
     StepType,
     Trace,
     UnitStatus,
@@ -36,7 +38,7 @@ from runs.models import (
 from runs.online.rules import FINAL_SCENARIO, online_rule_pause, rule_candidates
 from runs.traces import trace_dict, trace_spans
 from runs.traces.sessions import messages as session_messages
-from runs.traces.sessions import session_dict, session_traces
+from runs.traces.sessions import session_dict, session_traces_until, spans_stored_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -265,27 +267,25 @@ def _units_create(rule: OnlineRule, indexes: list[int]) -> list[WorkUnit]:
 
 def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[engine.Cell]:
     step = rule.run.steps.select_related("revision__evaluator").get(type=StepType.ANNOTATION)
-    invoke = evaluations_invoke_many
+    answers: dict[int, Evaluation] = {}
     if rule.for_sessions:
         invoke = session_evaluations_invoke_many
-        items = [
-            (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), _session_as_judged(s))
-            for s in scenarios
-        ]
+        cuts = _session_cuts(rule, scenarios)
+        items = {}
+        for s in scenarios:
+            session = _session_as_judged(s, cuts.get(s.pk))
+            if isinstance(session, Evaluation):
+                answers[s.pk] = session
+            else:
+                items[s.pk] = (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), session)
     else:
-        items = [
-            (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), trace_dict(s.trace))
+        invoke = evaluations_invoke_many
+        items = {
+            s.pk: (s.inputs, _ag_data(roots.get(s.trace_id)).get("outputs"), trace_dict(s.trace))
             for s in scenarios
-        ]
-    try:
-        evaluations = invoke(
-            revision=step.revision, items=items, project=rule.project, scope={"rule_id": rule.pk}
-        )
-    except InvalidInput as exc:
-        evaluations = [_failed("invalid_parameters", exc)] * len(items)
-    except Exception as exc:
-        logger.exception("online rule %s: the evaluator failed as a whole", rule.pk)
-        evaluations = [_failed("engine_error", exc)] * len(items)
+        }
+    if items:
+        answers.update(zip(items, _invoke(rule, step, invoke, list(items.values())), strict=True))
     statuses = {"success": ResultStatus.SUCCESS, "error": ResultStatus.ERROR}
     return [
         engine.Cell(
@@ -298,25 +298,60 @@ def _cells(rule: OnlineRule, scenarios: list[Scenario], roots: dict) -> list[eng
             duration_ms=evaluation.duration_ms,
             revision=step.revision,
         )
-        for scenario, evaluation in zip(scenarios, evaluations, strict=True)
+        for scenario, evaluation in ((s, answers[s.pk]) for s in scenarios)
     ]
 
 
-def _session_as_judged(scenario: Scenario) -> dict:
-    """The scenario's session up to its last trace (turns that came after belong to the next
-    time the session goes idle). A session deleted since is judged as its trace alone."""
+def _invoke(rule: OnlineRule, step, invoke, items: list) -> list[Evaluation]:
+    try:
+        return invoke(
+            revision=step.revision, items=items, project=rule.project, scope={"rule_id": rule.pk}
+        )
+    except InvalidInput as exc:
+        return [_failed("invalid_parameters", exc)] * len(items)
+    except Exception as exc:
+        logger.exception("online rule %s: the evaluator failed as a whole", rule.pk)
+        return [_failed("engine_error", exc)] * len(items)
+
+
+def _session_cuts(rule: OnlineRule, scenarios: list[Scenario]) -> dict[int, tuple]:
+    """(activity, trace count) each scenario's session had when it was claimed, from the rule's
+    state rows that still point at it (one query). A state row the session's next idle period
+    has taken over points elsewhere; such a scenario falls back on its ``created_at``, the
+    judged ``last_activity`` too."""
+    states = SessionRuleState.objects.filter(rule=rule, scenario__in=scenarios)
+    rows = states.values_list("scenario_id", "evaluated_activity", "evaluated_traces")
+    return {scenario: (activity, count) for scenario, activity, count in rows}
+
+
+def _session_as_judged(scenario: Scenario, cut: tuple | None) -> dict | Evaluation:
+    """The scenario's session as it was claimed (``cut``: its activity and trace count then;
+    turns that came after belong to the next time the session goes idle), or an error
+    ``session_too_large`` when its spans are larger than evaluators take, found before loading
+    them. A session deleted since is judged as its trace alone."""
     if scenario.session is None:
         dicts = [trace_dict(scenario.trace)] if scenario.trace is not None else []
         return {"session_id": "", "traces": dicts, "messages": session_messages(dicts)}
-    traces = session_traces(scenario.session)
-    ids = [t.pk for t in traces]
-    if scenario.trace_id in ids:
-        traces = traces[: ids.index(scenario.trace_id) + 1]
+    activity, count = cut or (scenario.created_at, None)
+    traces = session_traces_until(scenario.session, activity=activity, count=count)
+    stored, limit = spans_stored_bytes(traces), settings.EVALSITE_MAX_BODY_BYTES
+    if stored > limit:
+        return _failed(
+            "session_too_large",
+            f"The session's {len(traces):,} turns hold {stored:,} bytes of span attributes "
+            f"(as stored, compressed); evaluators take sessions up to {limit:,} bytes "
+            "(EVALSITE_MAX_BODY_BYTES). It was not loaded.",
+        )
     return session_dict(scenario.session, traces)
 
 
-def _failed(code: str, exc: BaseException) -> Evaluation:
-    error = {"code": code, "type": type(exc).__name__, "message": str(exc), "stacktrace": ""}
+def _failed(code: str, reason: BaseException | str) -> Evaluation:
+    """An error (never a score), typed by the exception or, for a plain reason, by its code."""
+    if isinstance(reason, BaseException):
+        kind = type(reason).__name__
+    else:
+        kind = "".join(part.title() for part in code.split("_"))
+    error = {"code": code, "type": kind, "message": str(reason), "stacktrace": ""}
     return Evaluation("error", error=error)
 
 

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Exists, F, Func, OuterRef, QuerySet
+from django.db.models import (
+    BigIntegerField,
+    DateTimeField,
+    Exists,
+    F,
+    Func,
+    OuterRef,
+    QuerySet,
+    Value,
+)
 from django.utils import timezone
 from django.utils.text import slugify
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -52,6 +61,7 @@ SAMPLE_BITS = 52  # 13 hex digits of md5: exact in a float8 and in a Python floa
 BUCKET_CHOICES = ((300, "5 minutes"), (3600, "1 hour"), (21600, "6 hours"), (86400, "1 day"))
 
 IDLE_MIN_SECONDS, IDLE_MAX_SECONDS, IDLE_DEFAULT_SECONDS = 10, 7 * 86400, 900
+CLOCK = Func(function="clock_timestamp", output_field=DateTimeField())  # the database's, now
 
 
 class RuleFilter(BaseModel):
@@ -204,8 +214,9 @@ def _check(project: Project, revision: EvaluatorRevision | None, rate: Any, buck
         raise InvalidInput(fields)
 
 
-def _check_target(revision: EvaluatorRevision, target: Any, idle: Any) -> None:
-    """A session rule needs an evaluator that judges sessions, and an idle time in bounds."""
+def rule_target_check(revision: EvaluatorRevision | None, target: Any, idle: Any) -> None:
+    """A session rule needs an evaluator that judges sessions, and an idle time in bounds
+    (the service, the API, the pages and the admin all check with this)."""
     if target not in RuleTarget.values:
         raise InvalidInput({"target": ["Either trace or session."]})
     fields: dict[str, list[str]] = {}
@@ -215,7 +226,9 @@ def _check_target(revision: EvaluatorRevision, target: Any, idle: Any) -> None:
         or not IDLE_MIN_SECONDS <= idle <= IDLE_MAX_SECONDS
     ):
         fields["idle_seconds"] = ["Between 10 seconds and 7 days (604800 seconds)."]
-    if target == RuleTarget.SESSION and (problem := revision_session_problem(revision)):
+    if target == RuleTarget.SESSION and revision is None:
+        fields["revision"] = ["A session rule needs an evaluator that judges sessions."]
+    elif target == RuleTarget.SESSION and (problem := revision_session_problem(revision)):
         fields["revision"] = [problem]
     if fields:
         raise InvalidInput(fields)
@@ -256,7 +269,7 @@ def online_rule_create(
     (sessions that go idle) are evaluated from now on; ``online_backfill`` does the past."""
     name = _check_name(name)
     _check(project, revision, sampling_rate, bucket_seconds)
-    _check_target(revision, target, idle_seconds)
+    rule_target_check(revision, target, idle_seconds)
     stored = filter_parse(filter).stored()
     person = author if getattr(author, "pk", None) else None
     rule = OnlineRule.objects.create(
@@ -272,6 +285,12 @@ def online_rule_create(
         paused_reason="" if active else "Created paused.",
         created_by=person,
     )
+    if rule.for_sessions:
+        # Sessions are stamped by the database's clock: the first window (what goes idle from
+        # now on) starts on it too, whatever the clock of this app server says.
+        idle = Value(timedelta(seconds=idle_seconds))
+        OnlineRule.objects.filter(pk=rule.pk).update(sessions_swept_until=CLOCK - idle)
+        rule.refresh_from_db(fields=["sessions_swept_until"])
     now = timezone.now()
     each = "session each time it went idle" if rule.for_sessions else "evaluated trace"
     run = Run.objects.create(
@@ -330,7 +349,7 @@ def online_rule_update(
     if idle_seconds is not None:
         rule.idle_seconds = idle_seconds
     _check(rule.project, rule.revision, rule.sampling_rate, rule.bucket_seconds)
-    _check_target(rule.revision, rule.target, rule.idle_seconds)
+    rule_target_check(rule.revision, rule.target, rule.idle_seconds)
     rule.sampling_rate = float(rule.sampling_rate)
     rule.save(update_fields=["name", "filter", "sampling_rate", "bucket_seconds", "idle_seconds"])
     if rule.run_id:

@@ -38,8 +38,7 @@ from runs.models import (
 )
 from runs.online.evaluate import rule_live, scenarios_append, units_send, units_work_here
 from runs.online.rules import rows_sampled, traces_matching
-from runs.traces import trace_dicts
-from runs.traces.sessions import first_user_turn
+from runs.traces import trace_roots
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +109,8 @@ def session_rule_sweep(*, rule_id: int, limit: int | None = None) -> int:
     idle = timedelta(seconds=rule.idle_seconds)
     cutoff = db_now() - idle
     # A new rule judges the sessions that go idle after it exists; the past is a backfill.
+    # Its first watermark is set on the database's clock when it is made (online_rule_create);
+    # ``created_at`` stands in only for rules made otherwise.
     since = (rule.sessions_swept_until or rule.created_at - idle) - MARGIN
     window = Session.objects.filter(
         project=rule.project, updated_at__gt=since, updated_at__lte=cutoff
@@ -142,12 +143,13 @@ def sessions_fire(*, rule: OnlineRule, session_ids: list[int], idle: timedelta) 
         claimed = _claim(rule, session_ids, db_now() - idle)
         sessions = list(Session.objects.filter(pk__in=claimed).order_by("last_activity", "pk"))
         firsts, lasts = _ends(rule.project_id, [s.session_id for s in sessions])
-        dicts = trace_dicts(firsts.values())
+        # The first turn's root inputs only: not its other spans nor the rest of its attributes.
+        roots = trace_roots(firsts.values(), "inputs")
         rows = [
             {
                 "trace": lasts[session.session_id],
                 "session": session,
-                "inputs": first_user_turn({"traces": [dicts[firsts[session.session_id].pk]]}) or {},
+                "inputs": roots.get(firsts[session.session_id].pk, {}).get("inputs") or {},
                 # Buckets group session scenarios by when the judged conversation ended.
                 "created_at": session.last_activity,
             }

@@ -14,6 +14,7 @@ from runs.traces.reads import (
     trace_dict,
     trace_dicts,
     trace_list,
+    trace_roots,
     trace_spans,
 )
 from runs.traces.spans import Limits, TooLarge, limits, spans_valid
@@ -39,6 +40,7 @@ __all__ = [
     "trace_ingest",
     "trace_list",
     "trace_record",
+    "trace_roots",
     "trace_spans",
     "traces_store",
 ]

@@ -72,6 +72,29 @@ def trace_spans(traces: Iterable[Trace]) -> QuerySet[Span]:
     )
 
 
+def trace_roots(traces: Iterable[Trace], *keys: str) -> dict[int, dict[str, Any]]:
+    """Each trace's root span, by trace pk, as ``{"span_id", "status", "status_message"}`` and
+    the root's ``ag.data.<key>`` for each of ``keys`` (``inputs``, ``outputs``): one query that
+    reads those keys out of the attributes in PostgreSQL, so neither the rest of a root's
+    attributes nor the trace's other spans leave the database. The root is the trace's
+    ``root_span_id``, else its earliest span without a parent (``trace_dict`` puts it first)."""
+    traces = list(traces)
+    root_of = {t.pk: t.root_span_id for t in traces}
+    paths = [f"attributes__ag__data__{key}" for key in keys]
+    rows = (
+        trace_spans(traces)
+        .filter(parent_id="")
+        .order_by("trace_id", "start_time", "id")
+        .values_list("trace_id", "span_id", "status", "status_message", *paths)
+    )
+    found: dict[int, dict[str, Any]] = {}
+    for trace_pk, span_id, status, message, *values in rows:
+        if trace_pk not in found or span_id == root_of[trace_pk]:
+            root = {"span_id": span_id, "status": status, "status_message": message}
+            found[trace_pk] = {**root, **dict(zip(keys, values, strict=True))}
+    return found
+
+
 def _nested(spans: list[Span]) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = {}
     roots: dict[str, Any] = {}

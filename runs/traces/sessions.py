@@ -18,11 +18,12 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import BigIntegerField, Func, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
 from evalsite.models import Project
-from runs.models import Session, Span, Trace
-from runs.traces.reads import trace_dicts, trace_spans
+from runs.models import Session, Trace
+from runs.traces.reads import trace_dicts, trace_roots, trace_spans
 
 REFRESH_SQL = """
 INSERT INTO runs_session AS s (
@@ -275,6 +276,31 @@ def session_overview(session: Session, *, limit: int) -> tuple[list[Trace], list
     return traces, messages([roots[trace.pk] for trace in traces])
 
 
+def session_traces_until(
+    session: Session, *, activity: datetime, count: int | None = None
+) -> list[Trace]:
+    """The session as it stood when its activity was ``activity`` (a session rule's judged
+    ``last_activity``): its traces that ended (or, without an end, started) by then, in time
+    order, the first ``count`` of them. Turns that came later are left out, and so is nothing
+    else when some of the judged ones were deleted since (retention)."""
+    ended = Coalesce("end_time", "start_time")
+    traces = (
+        _traces_of(session)
+        .alias(ended=ended)
+        .filter(Q(ended__lte=activity) | Q(ended__isnull=True))
+        .order_by("start_time", "id")
+    )
+    return list(traces if count is None else traces[:count])
+
+
+def spans_stored_bytes(traces: list[Trace]) -> int:
+    """The size of these traces' span attributes as PostgreSQL stores them (compressed: the
+    JSON is larger), in one query that reads no attribute: bounds a whole-session read before it
+    loads anything."""
+    size = Func("attributes", function="pg_column_size", output_field=BigIntegerField())
+    return trace_spans(traces).aggregate(total=Sum(size))["total"] or 0
+
+
 def session_span_count(session: Session) -> int:
     """How many spans ``session_dict`` would load."""
     return _traces_of(session).aggregate(spans=Sum("span_count"))["spans"] or 0
@@ -313,25 +339,19 @@ def _traces_of(session: Session) -> QuerySet[Trace]:
 
 
 def _root_dicts(traces: list[Trace]) -> dict[int, dict[str, Any]]:
-    """Each trace as a contract dict holding its root span only (what the messages read)."""
-    roots: dict[int, Span] = {}
-    spans = trace_spans(traces).filter(parent_id="")
-    by_pk = {trace.pk: trace for trace in traces}
-    for span in spans.order_by("start_time"):
-        if span.trace_id not in roots or span.span_id == by_pk[span.trace_id].root_span_id:
-            roots[span.trace_id] = span
-    return {
-        trace.pk: {
-            "trace_id": trace.trace_id,
-            "spans": {
-                r.span_id: {
-                    "status": r.status,
-                    "status_message": r.status_message or None,
-                    "attributes": r.attributes,
-                }
-                for r in [roots.get(trace.pk)]
-                if r
-            },
-        }
-        for trace in traces
+    """Each trace as a contract dict holding its root span only, and of that span only what the
+    messages read (its status and ``ag.data`` inputs and outputs, picked out in PostgreSQL)."""
+    roots = trace_roots(traces, "inputs", "outputs")
+    return {trace.pk: _root_dict(trace, roots.get(trace.pk)) for trace in traces}
+
+
+def _root_dict(trace: Trace, root: dict[str, Any] | None) -> dict[str, Any]:
+    if root is None:
+        return {"trace_id": trace.trace_id, "spans": {}}
+    data = {key: root[key] for key in ("inputs", "outputs") if root[key] is not None}
+    span = {
+        "status": root["status"],
+        "status_message": root["status_message"] or None,
+        "attributes": {"ag": {"data": data}},
     }
+    return {"trace_id": trace.trace_id, "spans": {root["span_id"]: span}}

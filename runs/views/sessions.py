@@ -93,13 +93,14 @@ def session_list_page(request, project):
 def _replay_query(params) -> str:
     """The filters the replay page reads (runs/views/replay.py), as the user typed them."""
     query = {"source": "sessions"}
-    query.update({key: params[key] for key in ("q", "status", "since", "until") if params.get(key)})
+    names = ("q", "status", "since", "until", "min_turns")
+    query.update({key: params[key] for key in names if params.get(key)})
     return urlencode(query)
 
 
 @project_view()
-def session_detail_page(request, project, session_id):
-    session = session_get(project=project, session_id=session_id)
+def session_detail_page(request, project, pk):
+    session = session_get(project=project, pk=pk)
     if session is None:
         raise Http404("No such session.")
     page, turns = session_turns(
@@ -114,6 +115,7 @@ def session_detail_page(request, project, session_id):
 
 urlpatterns = [
     path("sessions/", session_list_page, name="session-list"),
-    # path, not str: a session id is the client's free text and may hold slashes.
-    path("sessions/<path:session_id>/", session_detail_page, name="session-detail"),
+    # By pk: a session id is the client's free text; a newline, a ``..`` segment or a ``?``
+    # in it cannot survive a URL path (the API, for scripts, takes the id itself).
+    path("sessions/<int:pk>/", session_detail_page, name="session-detail"),
 ]

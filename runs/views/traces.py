@@ -10,6 +10,7 @@ from django.urls import path
 from evalsite.views import project_view
 from runs.models import Trace
 from runs.traces import trace_dict, trace_list
+from runs.traces.sessions import session_pks
 
 PAGE_SIZE = 50
 
@@ -43,6 +44,10 @@ def trace_list_page(request, project):
     if filters.get("before"):
         traces = traces.filter(pk__lt=filters["before"])
     page = list(traces.order_by("-id")[: PAGE_SIZE + 1])
+    # Sessions are linked by pk (runs/views/sessions.py): one query for the page's.
+    pks = session_pks(project=project, session_ids=[trace.session_id for trace in page])
+    for trace in page:
+        trace.session_pk = pks.get(trace.session_id)
     query = request.GET.copy()
     query.pop("before", None)
     newest = f"{request.path}?{query.urlencode()}"
@@ -62,7 +67,14 @@ def trace_detail_page(request, project, trace_id):
     trace = Trace.objects.for_project(project).filter(trace_id=trace_id).first()
     if trace is None:
         raise Http404("No such trace.")
-    context = {"project": project, "trace": trace, "contract": trace_dict(trace)}
+    context = {
+        "project": project,
+        "trace": trace,
+        "contract": trace_dict(trace),
+        "session_pk": session_pks(project=project, session_ids=[trace.session_id]).get(
+            trace.session_id
+        ),
+    }
     return render(request, "runs/traces/detail.html", context)
 
 

@@ -9,15 +9,18 @@ rule's creation and watermark) into the past: no test waits for an idle time."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from evalsite.errors import InvalidInput
 from evaluators.services import evaluator_create
+from runs.admin import OnlineRuleAdminForm
 from runs.models import (
     Annotation,
     OnlineRule,
@@ -378,6 +381,79 @@ def test_a_longer_idle_time_applies_from_now_on(project, judge):
     assert session_rule_sweep(rule_id=rule.pk) == 1
 
 
+def test_a_new_rules_first_window_is_on_the_database_clock(project, judge):
+    """Sessions are stamped by the database: an app server whose clock runs ahead must not make
+    a new rule skip the sessions that go idle after it was made."""
+    rule = session_rule(project, judge)
+    OnlineRule.objects.filter(pk=rule.pk).update(
+        created_at=F("created_at") + 3 * timedelta(hours=1)
+    )
+    converse(project, "chat-1")
+    time_passes()
+    assert session_rule_sweep(rule_id=rule.pk) == 1
+    assert judged(rule) == ["chat-1"]
+
+
+def test_a_sweep_reads_only_the_first_turns_root_inputs(project, judge):
+    """Claiming runs under the live run's lock: it reads the first turn's root inputs out of the
+    attributes in PostgreSQL, never the turn's other spans or whole attributes."""
+    rule = session_rule(project, judge)
+    steps = [
+        {**turn("big", 1), "span_id": f"step-{n}", "parent_id": "root", "name": "step"}
+        for n in range(50)
+    ]
+    trace_ingest(project=project, spans=[turn("big", 1), *steps, turn("big", 2)])
+    time_passes()
+    with CaptureQueriesContext(connection) as queries:
+        assert session_rule_sweep(rule_id=rule.pk) == 1
+    reads = [q["sql"] for q in queries.captured_queries]
+    spans = [sql for sql in reads if sql.startswith('SELECT "runs_span"')]
+    assert spans and all(""""runs_span"."parent_id" = ''""" in sql for sql in spans)
+    assert not any('"runs_span"."attributes",' in sql for sql in reads), spans
+    assert Scenario.objects.get(run=rule.run).inputs == {"message": "question 1"}
+
+
+def test_a_session_too_large_to_judge_is_an_error_found_before_loading_it(project, judge, settings):
+    rule = session_rule(project, judge)
+    noise = " ".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(100))
+    spans = [turn("huge", n) for n in (1, 2)]
+    for span in spans:
+        span["attributes"]["ag"]["data"]["internals"] = {"context": noise}  # ~6.5 KB each
+    trace_ingest(project=project, spans=spans)
+    converse(project, "small", turns=[1])
+    time_passes()
+    settings.EVALSITE_MAX_BODY_BYTES = 10_000
+    with CaptureQueriesContext(connection) as queries:
+        assert online_evaluate_sessions(rule=rule) == 2
+    loads = [q for q in queries.captured_queries if q["sql"].startswith('SELECT "runs_span"."id"')]
+    assert len(loads) == 1  # the small session's spans; never the huge one's
+    cells = Result.objects.filter(scenario__run=rule.run, step_key__startswith="evaluator-")
+    huge = cells.get(scenario__session__session_id="huge")
+    assert (huge.status, huge.error["code"], huge.annotation) == (
+        "error",
+        "session_too_large",
+        None,
+    )
+    assert "EVALSITE_MAX_BODY_BYTES" in huge.error["message"]
+    small = cells.get(scenario__session__session_id="small")
+    assert small.status == "success" and small.annotation.outputs["turns"] == 1
+
+
+def test_a_session_whose_judged_turn_was_deleted_is_judged_as_it_was_claimed(project, judge):
+    """Retention may delete the judged last turn before a worker gets to it: the session is
+    still cut where it stood when claimed, not judged with the turns that came after."""
+    rule = session_rule(project, judge)
+    converse(project, "chat-1")
+    time_passes()
+    assert session_rule_sweep(rule_id=rule.pk) == 1  # claimed: five turns
+    converse(project, "chat-1", turns=[6])  # the user comes back before the worker runs
+    Trace.objects.filter(trace_id="chat-1-turn-5").delete()
+    assert online_evaluate_sessions(rule=rule) == 1
+    cell = Result.objects.get(scenario__run=rule.run, step_key__startswith="evaluator-")
+    assert cell.status == "success", cell.error
+    assert cell.annotation.outputs["turns"] == 4  # turns 1-4; not turn 6
+
+
 # --- refusals -----------------------------------------------------------------------------------
 
 
@@ -397,6 +473,16 @@ def test_the_idle_time_is_bounded(project, judge, idle):
         session_rule(project, judge, idle_seconds=idle)
     assert "idle_seconds" in refused.value.fields
     assert not OnlineRule.objects.exists()
+
+
+def test_the_admin_refuses_an_idle_time_out_of_bounds(project, judge):
+    rule = session_rule(project, judge)
+    for idle in (0, 9, 7 * 86400 + 1):
+        form = OnlineRuleAdminForm(data={"revision": judge.pk, "idle_seconds": idle}, instance=rule)
+        assert not form.is_valid() and "idle_seconds" in form.errors, idle
+    form = OnlineRuleAdminForm(data={"revision": judge.pk, "idle_seconds": 60}, instance=rule)
+    assert form.is_valid(), form.errors
+    assert OnlineRule.objects.get(pk=rule.pk).idle_seconds == HOUR  # nothing saved by checking
 
 
 # --- API ------------------------------------------------------------------------------------------
@@ -479,11 +565,15 @@ def test_the_form_shows_why_an_evaluator_cannot_judge_sessions(editor_client, pr
 def test_the_rule_page_lists_judged_sessions(viewer_client, project, judge):
     rule = session_rule(project, judge)
     converse(project, "chat-1")
+    multiline = turn("chat-2", 1)
+    multiline["attributes"]["session.id"] = "line 1\nline 2"  # no URL path can hold it
+    trace_ingest(project=project, spans=[multiline])
     time_passes()
     online_evaluate_sessions(rule=rule)
     page = viewer_client.get(f"/p/acme/online/{rule.pk}/").content.decode()
     assert "once it has been idle for 3600 s" in page and "% by session id" in page
-    assert 'href="/p/acme/sessions/chat-1/"' in page  # the session's page
+    for session in Session.objects.all():  # the sessions' pages, by pk
+        assert f'href="/p/acme/sessions/{session.pk}/"' in page
     assert "/p/acme/traces/chat-1-turn-5" in page  # and its last turn's
     changed = viewer_client.post(f"/p/acme/online/{rule.pk}/edit", {"idle_seconds": 60})
     assert changed.status_code == 403  # viewers read, never change

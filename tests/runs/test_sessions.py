@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 import pytest
 
@@ -164,10 +165,10 @@ def test_it_draws_trees_while_the_pages_span_budget_lasts(project, django_assert
 
 
 def test_it_lists_sessions_on_a_page(viewer_client, project):
-    conversation(project, "chat-1", 3, tokens=21)
+    session = conversation(project, "chat-1", 3, tokens=21)
     page = viewer_client.get("/p/acme/sessions/").content.decode()
     assert "<html" in page and 'id="session-table"' in page
-    assert '<a class="mono" href="/p/acme/sessions/chat-1/">chat-1</a>' in page
+    assert f'<a class="mono" href="/p/acme/sessions/{session.pk}/">chat-1</a>' in page
     assert '<td class="num">3</td>' in page and "63" in page  # turns, tokens
     assert "2026-11-20 00:00:00" in page and "2026-11-20 00:02:02" in page
     assert 'href="/p/acme/sessions/"' in page  # the nav entry
@@ -214,14 +215,16 @@ def test_it_offers_editors_a_replay_of_the_filtered_sessions(client, editor, vie
     conversation(project, "chat-1", 1)
     client.force_login(editor)
     page = client.get("/p/acme/sessions/?q=chat&status=ok&min_turns=1").content.decode()
-    assert 'href="/p/acme/replay/new?source=sessions&amp;q=chat&amp;status=ok"' in page
+    assert (
+        'href="/p/acme/replay/new?source=sessions&amp;q=chat&amp;status=ok&amp;min_turns=1"' in page
+    )
     client.force_login(viewer)
     assert "Replay as testset" not in client.get("/p/acme/sessions/").content.decode()
 
 
 def test_it_reads_a_session_as_its_conversation(viewer_client, project):
-    conversation(project, "chat-1", 3, answer="It is <b>Lima</b>.", tokens=7)
-    response = viewer_client.get("/p/acme/sessions/chat-1/")
+    session = conversation(project, "chat-1", 3, answer="It is <b>Lima</b>.", tokens=7)
+    response = viewer_client.get(f"/p/acme/sessions/{session.pk}/")
     page = response.content.decode()
     assert response.status_code == 200
     assert page.index(">q1<") < page.index(">q2<") < page.index(">q3<")
@@ -231,12 +234,12 @@ def test_it_reads_a_session_as_its_conversation(viewer_client, project):
     assert page.count('<div class="span-tree"') == 3  # each turn's tree, folded
     assert 'href="/p/acme/traces/chat-1-2/"' in page
     assert "21" in page  # the session's tokens in the header
-    assert 'href="/api/v1/sessions/chat-1?project=acme"' in page
+    assert 'href="/api/v1/sessions?project=acme&amp;session_id=chat-1"' in page
 
 
 def test_a_failed_turn_shows_its_error(viewer_client, project):
-    conversation(project, "chat", 1, status="error", status_message="tool <timed> out")
-    page = viewer_client.get("/p/acme/sessions/chat/").content.decode()
+    session = conversation(project, "chat", 1, status="error", status_message="tool <timed> out")
+    page = viewer_client.get(f"/p/acme/sessions/{session.pk}/").content.decode()
     assert 'class="turn turn-error"' in page and "tool &lt;timed&gt; out" in page
     page, [failed] = session_turns(Session.objects.get(), span_budget=0)
     assert failed.tree is None and failed.error == "tool <timed> out"
@@ -253,7 +256,7 @@ def test_it_folds_long_text_and_shows_chat_histories(viewer_client, project):
         "outputs": "Lima. " * 200,
     }
     trace_ingest(project=project, spans=spans)
-    page = viewer_client.get("/p/acme/sessions/chat/").content.decode()
+    page = viewer_client.get(f"/p/acme/sessions/{Session.objects.get().pk}/").content.decode()
     assert 'class="msg msg-system"' in page and "Answer in one word." in page
     assert 'class="msg msg-user"' in page and "Capital of Peru?" in page
     assert '<details class="fold"><summary><span class="preview">' in page
@@ -261,21 +264,21 @@ def test_it_folds_long_text_and_shows_chat_histories(viewer_client, project):
 
 def test_it_pages_a_long_sessions_turns(viewer_client, project, monkeypatch):
     monkeypatch.setattr(views, "TURNS_PER_PAGE", 2)
-    conversation(project, "chat", 5)
-    page = viewer_client.get("/p/acme/sessions/chat/").content.decode()
+    url = f"/p/acme/sessions/{conversation(project, 'chat', 5).pk}/"
+    page = viewer_client.get(url).content.decode()
     assert ">q1<" in page and ">q2<" in page and ">q3<" not in page
     assert "page 1 of 3" in page and 'href="?page=2"' in page
-    page = viewer_client.get("/p/acme/sessions/chat/?page=3").content.decode()
+    page = viewer_client.get(f"{url}?page=3").content.decode()
     assert ">q5<" in page and ">q4<" not in page and "#5" in page
-    assert viewer_client.get("/p/acme/sessions/chat/?page=x").status_code == 200
+    assert viewer_client.get(f"{url}?page=x").status_code == 200
 
 
 def test_turns_past_the_budget_fetch_their_tree_from_the_trace_page(
     viewer_client, project, monkeypatch
 ):
     monkeypatch.setattr(views, "TREE_SPAN_BUDGET", 2)
-    conversation(project, "chat", 2)
-    page = viewer_client.get("/p/acme/sessions/chat/").content.decode()
+    session = conversation(project, "chat", 2)
+    page = viewer_client.get(f"/p/acme/sessions/{session.pk}/").content.decode()
     assert page.count('<div class="span-tree"') == 1
     assert 'hx-get="/p/acme/traces/chat-2/" hx-trigger="toggle once" hx-select=".span-tree"' in page
     assert '<a href="/p/acme/traces/chat-2/">Open the trace</a>' in page  # without JS
@@ -283,25 +286,37 @@ def test_turns_past_the_budget_fetch_their_tree_from_the_trace_page(
     assert '<div class="span-tree" id="span-tree-chat-2">' in tree
 
 
-def test_it_opens_a_session_whose_id_has_slashes(viewer_client, project):
-    conversation(project, "user/42/chat?x=1", 1)
-    page = viewer_client.get("/p/acme/sessions/").content.decode()
-    assert 'href="/p/acme/sessions/user/42/chat%3Fx=1/"' in page
-    assert viewer_client.get("/p/acme/sessions/user/42/chat%3Fx=1/").status_code == 200
+@pytest.mark.parametrize("session_id", ["a\nb", "..", "a/../b", "user/42/chat?x=1"])
+def test_pages_link_to_a_session_whatever_its_id(viewer_client, project, session_id):
+    """A session id is the client's free text: a newline, a dot segment (which browsers fold
+    away) or a ``?`` cannot be a URL path, so pages link to sessions by pk."""
+    session = conversation(project, session_id, 1)
+    trace = Trace.objects.get()
+    link = f"/p/acme/sessions/{session.pk}/"
+    for url in ("/p/acme/sessions/", "/p/acme/traces/", f"/p/acme/traces/{trace.trace_id}/"):
+        response = viewer_client.get(url)
+        assert response.status_code == 200, url
+        assert f'href="{link}' in response.content.decode(), url
+    page = viewer_client.get(link).content.decode()
+    assert ">q1<" in page
+    api_link = next(part for part in page.split('"') if part.startswith("/api/v1/sessions?"))
+    found = viewer_client.get(api_link.replace("&amp;", "&")).json()["results"]
+    assert [s["session_id"] for s in found] == [session_id]
 
 
 def test_traces_link_to_their_session(viewer_client, project):
-    conversation(project, "chat-1", 1)
+    session = conversation(project, "chat-1", 1)
     listing = viewer_client.get("/p/acme/traces/").content.decode()
-    assert 'href="/p/acme/sessions/chat-1/"' in listing
+    assert f'href="/p/acme/sessions/{session.pk}/"' in listing
     detail = viewer_client.get("/p/acme/traces/chat-1-1/").content.decode()
-    assert 'href="/p/acme/sessions/chat-1/#turn-chat-1-1"' in detail
+    assert f'href="/p/acme/sessions/{session.pk}/#turn-chat-1-1"' in detail
 
 
 def test_it_hides_other_projects_sessions_from_pages(outsider_client, project):
-    conversation(project, "secret", 1)
+    session = conversation(project, "secret", 1)
     assert outsider_client.get("/p/acme/sessions/").status_code == 404
-    assert outsider_client.get("/p/other/sessions/secret/").status_code == 404
+    assert outsider_client.get(f"/p/acme/sessions/{session.pk}/").status_code == 404
+    assert outsider_client.get(f"/p/other/sessions/{session.pk}/").status_code == 404
     assert "secret" not in outsider_client.get("/p/other/sessions/").content.decode()
 
 
@@ -359,6 +374,36 @@ def test_it_reads_a_session_on_the_api(viewer_api, project):
     assert body["traces"][0]["span_count"] == 2 and body["truncated"] is False
     assert body["messages"] == session_dict(session)["messages"]
     assert [m["content"] for m in body["messages"]] == ["q1", "Lima", "q2", "Lima", "q3", "Lima"]
+
+
+def test_the_api_summary_reads_only_the_roots_inputs_and_outputs(
+    viewer_api, project, django_assert_max_num_queries
+):
+    """The summary's messages come out of the root spans' attributes in PostgreSQL: neither the
+    other spans nor the rest of a root's attributes are read, however large."""
+    spans = turn("chat", 1, at=DAY)
+    spans[0]["attributes"]["ag"]["data"]["internals"] = {"context": "x" * 50_000}
+    trace_ingest(project=project, spans=spans)
+    with django_assert_max_num_queries(8) as queries:
+        body = viewer_api.get(f"{URL}/chat").json()
+    assert [m["content"] for m in body["messages"]] == ["hi", "hello"]
+    reads = [
+        q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "runs_span"')
+    ]
+    assert len(reads) == 1 and '"runs_span"."attributes",' not in reads[0]
+
+
+@pytest.mark.parametrize("session_id", ["a\nb", "a/../b", "user/42/chat?x=1", " padded "])
+def test_it_reads_a_session_by_any_id_on_the_api(viewer_api, project, session_id):
+    conversation(project, session_id, 2)
+    conversation(project, "a", 1)
+    body = viewer_api.get(f"{URL}/{quote(session_id, safe='/')}").json()
+    assert body["session_id"] == session_id and body["trace_count"] == 2
+    exact = viewer_api.get(URL, {"session_id": session_id}).json()["results"]
+    assert [s["session_id"] for s in exact] == [session_id]
+    assert [
+        s["session_id"] for s in viewer_api.get(URL, {"session_id": "a"}).json()["results"]
+    ] == ["a"]
 
 
 def test_it_answers_the_evaluator_contracts_session_with_full(api, project, monkeypatch):
@@ -431,7 +476,7 @@ def test_a_conversation_exported_by_the_opentelemetry_sdk_is_one_session(
     assert session.start_time == min(t.start_time for t in traces)
 
     client.force_login(editor)
-    page = client.get("/p/acme/sessions/conv-otel/").content.decode()
+    page = client.get(f"/p/acme/sessions/{session.pk}/").content.decode()
     positions = [page.index(f">question {n}<") for n in range(1, 6)]
     assert positions == sorted(positions) and page.count('<li class="turn') == 5
     assert "answer 5" in page and "another conversation" not in page
@@ -445,3 +490,4 @@ def test_a_conversation_exported_by_the_opentelemetry_sdk_is_one_session(
 def test_a_session_id_postgresql_cannot_hold_is_a_4xx(viewer_client, viewer_api, project):
     assert viewer_client.get("/p/acme/sessions/a%00b/").status_code in (400, 404)
     assert viewer_api.get(f"{URL}/a%00b").status_code in (400, 404)
+    assert viewer_api.get(f"{URL}?session_id=a%00b").status_code == 400

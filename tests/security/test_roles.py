@@ -301,6 +301,8 @@ def _kwargs(endpoint: Endpoint, w) -> dict[str, Any]:
         "evaluator_ref": w["exact"].slug,
         "replay_id": w["replay"].id,
     }
+    if name == "session-detail":  # the page names a session by pk, the API by its id
+        values["pk"] = w["session"].pk
     return {group: values[group] for group in endpoint.groups}
 
 
