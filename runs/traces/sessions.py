@@ -25,6 +25,9 @@ from evalsite.models import Project
 from runs.models import Session, Trace
 from runs.traces.reads import trace_dicts, trace_roots, trace_spans
 
+# updated_at is the session's arrival time for idle rules: clock_timestamp(), taken as the
+# ingest ends (this statement runs last in it), not now(), the start of a transaction that may
+# have run for longer than a rule's idle time.
 REFRESH_SQL = """
 INSERT INTO runs_session AS s (
     project_id, session_id, trace_count, start_time, last_activity, duration_ms, status,
@@ -34,7 +37,7 @@ SELECT project_id, session_id, count(*), min(start_time),
        max(coalesce(end_time, start_time)),
        extract(epoch FROM max(coalesce(end_time, start_time)) - min(start_time)) * 1000,
        CASE WHEN bool_or(status = 'error') THEN 'error' ELSE 'ok' END,
-       sum(tokens), sum(cost), now(), now()
+       sum(tokens), sum(cost), now(), clock_timestamp()
 FROM runs_trace
 WHERE project_id = %s AND session_id = ANY(%s)
 GROUP BY project_id, session_id
