@@ -177,6 +177,8 @@ def _proto_attributes(pairs) -> dict[str, Any]:
 
 def _proto_value(value) -> Any:
     which = value.WhichOneof("value")
+    if which == "string_value":  # most attributes: answered before any other test
+        return value.string_value
     if which is None:
         return None
     if which == "array_value":

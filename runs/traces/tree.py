@@ -5,18 +5,34 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from django.utils import timezone
 
-from runs.models import Span, Trace
+from runs.models import Trace
 from runs.traces.spans import EPOCH, ms_between, number_add
 
 
-def _start_key(span: Span) -> tuple:
+class TreeSpan(Protocol):
+    """What the tree reads of a span: a stored ``Span`` or an incoming ``SpanRow``."""
+
+    span_id: str
+    parent_id: str
+    name: str
+    start_time: datetime | None
+    end_time: datetime | None
+    status: str
+    attributes: dict[str, Any]
+
+
+S = TypeVar("S", bound=TreeSpan)
+
+
+def _start_key(span: TreeSpan) -> tuple:
     return (span.start_time is None, span.start_time or EPOCH, span.span_id)
 
 
-def span_tree(spans: Iterable[Span]) -> list[tuple[Span, Span | None]]:
+def span_tree(spans: Iterable[S]) -> list[tuple[S, S | None]]:
     """Every span once, depth first, with its parent in the tree (None for a root).
 
     Roots come first by kind (real roots, then spans whose parent has not arrived), then by
@@ -24,8 +40,8 @@ def span_tree(spans: Iterable[Span]) -> list[tuple[Span, Span | None]]:
     """
     ordered = sorted(spans, key=_start_key)
     by_id = {span.span_id: span for span in ordered}
-    children: dict[str, list[Span]] = defaultdict(list)
-    roots: list[Span] = []
+    children: dict[str, list[S]] = defaultdict(list)
+    roots: list[S] = []
     for span in ordered:
         parent = by_id.get(span.parent_id) if span.parent_id else None
         if parent is None or parent is span:
@@ -33,10 +49,10 @@ def span_tree(spans: Iterable[Span]) -> list[tuple[Span, Span | None]]:
         else:
             children[parent.span_id].append(span)
     roots.sort(key=lambda span: span.parent_id != "")
-    walked: list[tuple[Span, Span | None]] = []
+    walked: list[tuple[S, S | None]] = []
     seen: set[str] = set()
     for root in [*roots, *ordered]:
-        stack: list[tuple[Span, Span | None]] = [(root, None)]
+        stack: list[tuple[S, S | None]] = [(root, None)]
         while stack:
             span, parent = stack.pop()
             if span.span_id in seen:
@@ -47,45 +63,45 @@ def span_tree(spans: Iterable[Span]) -> list[tuple[Span, Span | None]]:
     return walked
 
 
-def acc_accumulate(walked: list[tuple[Span, Span | None]]) -> None:
+def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
     """Set ``acc`` on every span: tokens, costs (and any other additive group) summed over the
     span and its descendants; duration is the span's own wall time (its children run inside
     it), or the extent of its subtree when the span has no end of its own."""
-    sums: dict[str, dict[str, dict[str, int | float]]] = defaultdict(dict)
+    sums: dict[str, dict[str, dict[str, int | float]]] = {}
     extents: dict[str, tuple[datetime | None, datetime | None]] = {}
     for span, parent in reversed(walked):
-        metrics = span.attributes["ag"]["metrics"]
-        acc = _merge(sums.pop(span.span_id, {}), metrics["unit"])
+        unit = span.attributes["ag"]["metrics"]["unit"]
+        acc = sums.pop(span.span_id, {})
+        _add(acc, unit)
         first, last = extents.pop(span.span_id, (None, None))
         first = _min(first, span.start_time)
         last = _max(last, span.end_time)
-        own = metrics["unit"].get("duration", {}).get("total")
+        duration = unit.get("duration")
+        own = duration.get("total") if duration else None
         if own is not None:
             acc["duration"] = {"total": own}
         elif first is not None and last is not None:
             acc["duration"] = {"total": ms_between(last - first)}
-        metrics["acc"] = _ordered(acc)
+        span.attributes["ag"]["metrics"]["acc"] = acc  # key order is jsonb's once stored
         if parent is not None:
             key = parent.span_id
-            sums[key] = _merge(sums[key], acc)
+            _add(sums.setdefault(key, {}), acc)
             before = extents.get(key, (None, None))
             extents[key] = (_min(before[0], first), _max(before[1], last))
 
 
-def _merge(into: dict, groups: dict) -> dict:
-    merged = {group: dict(values) for group, values in into.items()}
+def _add(into: dict, groups: dict) -> None:
+    """Add every group but duration into ``into``, in place: its dicts are its own (copies),
+    so a subtree's sums are built once instead of copied at every level."""
     for group, values in groups.items():
         if group == "duration":
             continue
-        target = merged.setdefault(group, {})
-        for key, value in values.items():
-            target[key] = number_add(target.get(key, 0), value)
-    return merged
-
-
-def _ordered(acc: dict) -> dict:
-    order = {"duration": 0, "tokens": 1, "costs": 2}
-    return dict(sorted(acc.items(), key=lambda item: order.get(item[0], 3)))
+        target = into.get(group)
+        if target is None:
+            into[group] = {key: number_add(0, value) for key, value in values.items()}
+        else:
+            for key, value in values.items():
+                target[key] = number_add(target.get(key, 0), value)
 
 
 def _min(a: datetime | None, b: datetime | None) -> datetime | None:
@@ -111,7 +127,7 @@ SUMMARY_FIELDS = [
 ]
 
 
-def trace_summarise(trace: Trace, walked: list[tuple[Span, Span | None]]) -> None:
+def trace_summarise(trace: Trace, walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
     spans = [span for span, _ in walked]
     root = spans[0]
     acc = root.attributes["ag"]["metrics"]["acc"]
@@ -128,13 +144,13 @@ def trace_summarise(trace: Trace, walked: list[tuple[Span, Span | None]]) -> Non
     trace.updated_at = timezone.now()
 
 
-def span_session(span: Span) -> str:
+def span_session(span: TreeSpan) -> str:
     meta = span.attributes["ag"].get("meta")
     session = meta.get("session_id") if isinstance(meta, dict) else None
     return session if isinstance(session, str) else ""
 
 
-def _unit_sum(spans: list[Span], group: str) -> float | None:
+def _unit_sum(spans: list[TreeSpan], group: str) -> float | None:
     values = [s.attributes["ag"]["metrics"]["unit"].get(group, {}).get("total") for s in spans]
     present = [value for value in values if value is not None]
     return float(sum(present)) if present else None

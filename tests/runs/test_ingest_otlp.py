@@ -339,3 +339,23 @@ def test_it_receives_spans_from_the_opentelemetry_sdk_exporter(live_server, proj
     [chat_span] = root_span["children"].values()
     assert chat_span["kind"] == "llm"
     assert chat_span["attributes"]["ag"]["meta"]["model"] == "gpt-4o-mini"
+
+
+def test_it_stores_every_span_once_when_an_export_is_retried(api, project):
+    body = otlp_protobuf()
+    request = ExportTraceServiceRequest.FromString(body)
+    del request.resource_spans[0].scope_spans[0].spans[1]  # the chat span first, alone
+    for payload in (request.SerializeToString(), body):
+        response = api.post(URL, payload, content_type="application/x-protobuf")
+        assert response.status_code == 200
+    spans = list(Span.objects.filter(project=project).order_by("span_id").values())
+    traces = list(Trace.objects.filter(project=project).values())
+    assert [s["span_id"] for s in spans] == sorted([CHAT, ROOT]) and len(traces) == 1
+    assert traces[0]["tokens"] == 120 and traces[0]["span_count"] == 2
+
+    for payload in (body, request.SerializeToString(), body):  # exporters retry whole batches
+        response = api.post(URL, payload, content_type="application/x-protobuf")
+        assert response.status_code == 200
+
+    assert list(Span.objects.filter(project=project).order_by("span_id").values()) == spans
+    assert list(Trace.objects.filter(project=project).values()) == traces
