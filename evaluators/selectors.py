@@ -30,6 +30,13 @@ def evaluator_get(*, project: Project, ref: str | int) -> Evaluator | None:
     return Evaluator.objects.for_project(project).by_ref(ref).select_related("head").first()
 
 
+def revision_resolve(*, project: Project, ref: str | int) -> EvaluatorRevision | None:
+    """What a reference in a request means: an evaluator (by id or slug) stands for its head,
+    else a revision by id or slug."""
+    evaluator = evaluator_get(project=project, ref=ref)
+    return evaluator.head if evaluator else revision_get(project=project, ref=ref)
+
+
 def revision_get(*, project: Project, ref: str | int) -> EvaluatorRevision | None:
     """A revision by id or slug (``toxicity-v3``), within the project."""
     revisions = EvaluatorRevision.objects.filter(project=project).select_related("evaluator")

@@ -163,10 +163,7 @@ def _rule_or_404(request, rule_id) -> OnlineRule:
 
 
 def _revision(project, ref: str):
-    evaluator = evaluator_selectors.evaluator_get(project=project, ref=ref)
-    revision = (
-        evaluator.head if evaluator else evaluator_selectors.revision_get(project=project, ref=ref)
-    )
+    revision = evaluator_selectors.revision_resolve(project=project, ref=ref)
     if revision is None:
         raise InvalidInput({"evaluator": [f"No evaluator or revision {ref!r} in this project."]})
     return revision

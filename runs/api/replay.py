@@ -12,9 +12,8 @@ from rest_framework.response import Response
 
 from evalsite.api import ERROR_RESPONSES
 from evalsite.errors import InvalidInput
-from evaluators import selectors as evaluator_selectors
 from runs import online, testsets
-from runs.api.runs import RunSerializer
+from runs.api.runs import RunSerializer, revisions_from_refs
 from runs.models import Application
 
 TAGS = ["replay"]
@@ -157,23 +156,6 @@ def _application(project, ref: str) -> Application | None:
     return app
 
 
-def _revisions(project, refs: list[str]) -> list:
-    revisions = []
-    for i, ref in enumerate(refs):
-        evaluator = evaluator_selectors.evaluator_get(project=project, ref=ref)
-        revision = (
-            evaluator.head
-            if evaluator
-            else evaluator_selectors.revision_get(project=project, ref=ref)
-        )
-        if revision is None:
-            raise InvalidInput(
-                {f"evaluators.{i}": [f"No evaluator or revision {ref!r} in this project."]}
-            )
-        revisions.append(revision)
-    return revisions
-
-
 def _testset(project, ref: str):
     if not ref:
         return None
@@ -207,7 +189,7 @@ def replays(request):
     choices = {
         "testset": _testset(project, data["testset"]),
         "application": _application(project, data["application"]),
-        "evaluators": _revisions(project, data["evaluators"]),
+        "evaluators": revisions_from_refs(project, data["evaluators"]),
     }
     common = {"project": project, "source": data["source"], "filters": filters}
     if data["dry_run"]:

@@ -224,15 +224,11 @@ def run_or_404(request, run_id) -> Run:
     return run
 
 
-def _revisions(project, refs: list[str]) -> list:
+def revisions_from_refs(project, refs: list[str]) -> list:
+    """The revisions a request's ``evaluators`` list names; a 400 on the first unknown one."""
     revisions = []
     for i, ref in enumerate(refs):
-        evaluator = evaluator_selectors.evaluator_get(project=project, ref=ref)
-        revision = (
-            evaluator.head
-            if evaluator
-            else evaluator_selectors.revision_get(project=project, ref=ref)
-        )
+        revision = evaluator_selectors.revision_resolve(project=project, ref=ref)
         if revision is None:
             raise InvalidInput(
                 {f"evaluators.{i}": [f"No evaluator or revision {ref!r} in this project."]}
@@ -347,7 +343,7 @@ def runs(request):
     project = request.project
     version = _testset_version(project, data.get("testset"), data.get("testset_version"))
     application = _application(project, data.get("application"))
-    revisions = _revisions(project, data["evaluators"])
+    revisions = revisions_from_refs(project, data["evaluators"])
     logged = application is None or application.kind == Application.Kind.LOGGED
     engine.tags_validate(data["tags"])  # a dry run refuses what the real one would
     if logged and data["max_cost_usd"] is not None:
@@ -452,7 +448,7 @@ def run_evaluators_add(request, run_id):
     body = RefListSerializer(data=request.data)
     body.is_valid(raise_exception=True)
     engine.run_add_evaluators(
-        run=run, revisions=_revisions(request.project, body.validated_data["evaluators"])
+        run=run, revisions=revisions_from_refs(request.project, body.validated_data["evaluators"])
     )
     return Response(RunSerializer(run_or_404(request, run_id)).data)
 
