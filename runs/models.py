@@ -707,6 +707,41 @@ class RunMetrics(models.Model):
         return f"metrics of run {self.run_id}"
 
 
+class ScenarioValue(models.Model):
+    """The read model of a run's per-scenario metric values: one row per scenario, annotation
+    step and numeric or boolean metric key, holding the mean over the scenario's repeats of its
+    successful cells (a boolean as its rate) and how many of its cells errored.
+
+    Written with the per-scenario statistics (``metrics.scenarios_refresh``), never by a
+    request. The scenario table sorts, filters and pages on it through one index, comparisons
+    read both runs from it in one indexed scan, and run-wide metrics aggregate it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="+")
+    index = models.PositiveIntegerField(help_text="The scenario's index in its run.")
+    step_key = models.CharField(max_length=200)
+    key = models.TextField(help_text='The dotted path inside the outputs: "score".')
+    value = models.FloatField(null=True, blank=True, help_text="NULL: no successful cell.")
+    errors = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step_key", "key", "index"], name="scenariovalue_unique_cell"
+            ),
+        ]
+        indexes = [
+            # Sorting and keyset paging by a metric: (value, index) in index order.
+            models.Index(
+                fields=["run", "step_key", "key", "value", "index"], name="scenariovalue_sort"
+            ),
+            models.Index(fields=["scenario"], name="scenariovalue_scenario"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_key}.{self.key} of scenario {self.index}"
+
+
 class InferredSchema(models.Model):
     """The outputs schema inferred from every output stored for a revision that has none.
 

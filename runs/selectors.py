@@ -220,10 +220,22 @@ def _value_expr(run: Run, name: str, alias: str) -> tuple[str, list, str, list]:
     return "s.index", [], "", []
 
 
-def scenario_page(
-    run: Run, query: TableQuery, *, offset: int = 0, limit: int = 50
-) -> tuple[list[Scenario], int]:
-    """One page of scenarios, sorted and filtered in SQL (100,000 rows stay in the database)."""
+@dataclass
+class ScenarioFilter:
+    """The scenarios a table query keeps, as SQL over ``runs_scenario s``: joins and conditions
+    with their parameters. The page, its count and the exports select from it."""
+
+    joins: str
+    join_params: list
+    where: str
+    params: list
+
+    def sql(self, extra_joins: str = "") -> str:
+        return f"FROM runs_scenario s {self.joins} {extra_joins} WHERE {self.where}"
+
+
+def scenario_filter(run: Run, query: TableQuery) -> ScenarioFilter:
+    """What ``query`` keeps of ``run``'s scenarios (see ``ScenarioFilter``)."""
     where, params, joins, join_params = ["s.run_id = %s"], [run.pk], [], []
     if query.errors:
         where.append("s.status = 'errors'")
@@ -256,24 +268,27 @@ def scenario_page(
         if query.high is not None:
             where.append(f"{expr} <= %s")
             params += [*expr_params, query.high]
+    return ScenarioFilter(" ".join(joins), join_params, " AND ".join(where), params)
+
+
+def scenario_page(
+    run: Run, query: TableQuery, *, offset: int = 0, limit: int = 50
+) -> tuple[list[Scenario], int]:
+    """One page of scenarios, sorted and filtered in SQL (100,000 rows stay in the database)."""
+    found = scenario_filter(run, query)
     order, order_params, sort_join, sort_params = "s.index", [], "", []
     if query.sort and query.sort != "index":
         expr, order_params, sort_join, sort_params = _value_expr(run, query.sort, "srt_")
         order = f"{expr} {'DESC' if query.desc else 'ASC'} NULLS LAST, s.index"
     elif query.desc:
         order = "s.index DESC"
-    where_sql = " AND ".join(where)
     with connection.cursor() as cursor:
         # Counting needs no sort join; the page query joins once for the sort key.
-        cursor.execute(
-            f"SELECT count(*) FROM runs_scenario s {' '.join(joins)} WHERE {where_sql}",
-            [*join_params, *params],
-        )
+        cursor.execute(f"SELECT count(*) {found.sql()}", [*found.join_params, *found.params])
         total = cursor.fetchone()[0]
         cursor.execute(
-            f"SELECT s.id FROM runs_scenario s {' '.join(joins)} {sort_join} WHERE {where_sql} "
-            f"ORDER BY {order} LIMIT %s OFFSET %s",
-            [*join_params, *sort_params, *params, *order_params, limit, offset],
+            f"SELECT s.id {found.sql(sort_join)} ORDER BY {order} LIMIT %s OFFSET %s",
+            [*found.join_params, *sort_params, *found.params, *order_params, limit, offset],
         )
         ids = [row[0] for row in cursor.fetchall()]
     by_id = Scenario.objects.in_bulk(ids)

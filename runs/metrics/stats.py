@@ -281,6 +281,47 @@ def _scenarios_refresh(run, specs: dict, ids: list[int]) -> None:
             """,
             [run.pk, timezone.now(), list(per), [json.dumps(d) for d in per.values()]],
         )
+    _values_refresh(run, specs, per)
+
+
+def _values_refresh(run, specs: dict, per: dict[int, dict]) -> None:
+    """The read model of these scenarios (``ScenarioValue``): one row per scenario and numeric
+    or boolean metric, upserted from arrays; keys the schema no longer has are removed."""
+    columns: tuple[list, ...] = ([], [], [], [], [])
+    for scenario_id, steps in per.items():
+        for step_key, step_specs_ in specs.items():
+            found = steps.get(step_key)
+            if found is None:
+                continue  # no cell of this step yet
+            for spec in step_specs_:
+                if spec.numeric or spec.type == "binary":
+                    for column, value in zip(
+                        columns,
+                        (scenario_id, step_key, spec.key, found.get(spec.key), found["errors"]),
+                        strict=True,
+                    ):
+                        column.append(value)
+    kept = [(step_key, spec.key) for step_key, ss in specs.items() for spec in ss]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM runs_scenariovalue WHERE run_id = %s AND scenario_id = ANY(%s) "
+            "AND (step_key, key) NOT IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+            [run.pk, list(per), [k[0] for k in kept], [k[1] for k in kept]],
+        )
+        cursor.execute(
+            """
+            INSERT INTO runs_scenariovalue (run_id, scenario_id, index, step_key, key, value, errors)
+            SELECT %s, u.id, s.index, u.step_key, u.key, u.value, u.errors
+            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::float8[], %s::int[])
+                 AS u(id, step_key, key, value, errors)
+            JOIN runs_scenario s ON s.id = u.id
+            ON CONFLICT (run_id, step_key, key, index)
+            DO UPDATE SET value = EXCLUDED.value, errors = EXCLUDED.errors
+            WHERE (runs_scenariovalue.value, runs_scenariovalue.errors)
+                  IS DISTINCT FROM (EXCLUDED.value, EXCLUDED.errors)
+            """,
+            [run.pk, *columns],
+        )
 
 
 def _per_scenario(
