@@ -1,6 +1,10 @@
 """The read model of per-scenario values (``ScenarioValue``): written with the per-scenario
 statistics, one row per scenario and numeric or boolean metric, errors counted, never zeroed."""
 
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
 from evaluators.services import evaluator_create
 from runs import metrics
 from runs.engine import run_create, run_execute_inline
@@ -73,3 +77,27 @@ def test_a_refresh_rewrites_changed_values_only_and_keeps_one_row_per_cell(
     )
     metrics.scenarios_refresh(run=run, scenario_ids=[row.scenario_id])
     assert not ScenarioValue.objects.filter(run=run, key="gone").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_an_existing_database_builds_the_read_model_of_its_runs(
+    project, column_app, capitals, exact
+):
+    run = run_execute_inline(
+        run=run_create(
+            project=project, testset_version=capitals, application=column_app, revisions=[exact]
+        )
+    )
+    expected = _values(run)
+    assert expected
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    _migrate([("runs", "0010_span_trace_no_constraint")])  # the table goes, RunMetrics stays
+    _migrate(latest)
+    assert _values(run) == expected
+
+
+def _migrate(targets) -> None:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
