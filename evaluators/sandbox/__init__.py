@@ -239,9 +239,16 @@ def _check_runtime(runtime: str) -> None:
 
 
 def _require_sandbox(config: Config, runtime: str) -> None:
+    """Refuse to run where the jail cannot. Checked once per process, configuration and runtime
+    family: a worker that then fails to start makes the next call check again
+    (``jail.forget_resolutions``), so a tool removed since is reported, not run around."""
+    key = (config, jail.family(runtime))
+    if key in jail.checked:
+        return
     problem = _sandbox_problem(config, probe=False, runtimes=(runtime,))
     if problem:
         raise SandboxUnavailable(problem)
+    jail.checked.add(key)
 
 
 def _sandbox_problem(
@@ -258,9 +265,10 @@ def _sandbox_problem(
             return f"{name} not found at {path} (install {package}, or set {setting})"
     try:
         filter_bpf(allow_threads=True)
+        # Works out each runtime's layout as root: an interpreter that cannot run says so here.
+        refusals = [jail.uid_decision(config, runtime)[1] for runtime in runtimes]
     except SandboxUnavailable as exc:
         return str(exc)
-    refusals = [jail.uid_decision(config, runtime)[1] for runtime in runtimes]
     if any(refusals):
         return "; ".join(r for r in refusals if r)
     return _probe(config) if probe else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent.parent
 
 
-@functools.cache  # once per process: load_config runs for every batch
+@functools.cache  # once per process
 def _default_python() -> str:
     """The host's own interpreter (the real binary behind a virtualenv's symlink), unless an
     unprivileged user could not read it (say, under /root/.pyenv): the jail can only drop to
@@ -87,9 +88,54 @@ class Config:
     def with_(self, **changes: Any) -> Config:
         return replace(self, **changes)
 
+    def __hash__(self) -> int:
+        # Part of a pool key, looked up on every call: hash the 28 fields once per object.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # String hashes differ between processes: never carry one over in a pickle.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 def load_config() -> Config:
-    """The current configuration. Cheap enough to call once per batch."""
+    """The current configuration, resolved once per process: every batch asks for it.
+
+    Django's ``setting_changed`` (``override_settings``, pytest-django's ``settings``) resolves it
+    again on the next call; so does ``reset_config``, for code that changes the environment of
+    a running process (tests do; a deployment sets it before start-up)."""
+    config = _cached.config
+    if config is None:
+        generation = _cached.generation
+        config = _resolve()
+        with _cached.lock:
+            if _cached.generation == generation:  # no reset while it was being resolved
+                _cached.config = config
+    return config
+
+
+def reset_config() -> None:
+    """Forget the resolved configuration: the next ``load_config`` reads the settings again."""
+    with _cached.lock:
+        _cached.generation += 1
+        _cached.config = None
+
+
+class _Cached:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.config: Config | None = None
+        self.generation = 0
+        self.watching = False
+
+
+_cached = _Cached()
+
+
+def _resolve() -> Config:
     values: dict[str, Any] = {}
     for f in fields(Config):
         raw = _lookup(_setting_name(f.name))
@@ -101,6 +147,21 @@ def load_config() -> Config:
             f"EVALSITE_CODE_RUNNER={config.runner!r} must be one of {', '.join(RUNNERS)}."
         )
     return config
+
+
+def _watch_settings() -> None:
+    """Reset the configuration whenever a sandbox setting changes (Django is loaded by now)."""
+    if _cached.watching:
+        return
+    from django.core.signals import setting_changed
+
+    setting_changed.connect(_on_setting_changed, dispatch_uid="evaluators.sandbox.config")
+    _cached.watching = True
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("EVALSITE_SANDBOX_") or setting in ("EVALSITE_CODE_RUNNER", "DATA_DIR"):
+        reset_config()
 
 
 def data_dir() -> str:
@@ -127,7 +188,10 @@ def _django_settings() -> Any:
         return None
     from django.conf import settings
 
-    return settings if settings.configured else None
+    if not settings.configured:
+        return None
+    _watch_settings()
+    return settings
 
 
 def _cast(name: str, kind: Any, raw: Any) -> Any:

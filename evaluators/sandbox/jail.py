@@ -84,18 +84,43 @@ def family(runtime: str) -> str:
     return "python" if runtime == "python" else "node"
 
 
+# (configuration, runtime family) pairs whose jail passed the per-call check
+# (``sandbox._require_sandbox``): it is then a set lookup, until ``forget_resolutions``.
+checked: set[tuple[Config, str]] = set()
+# Runtime families that started a worker since ``forget_resolutions`` last ran.
+_working: set[str] = set()
+
+
+def forget_resolutions(runtime: str) -> bool:
+    """Drop every path resolved once per process (layouts, uid decisions, readability, staged
+    files, the per-call check), after a worker failed to start: the next start resolves them
+    afresh. True when ``runtime``'s had started a worker before: they went stale, so starting
+    again is worth a try; False when they never worked, so the failure stands."""
+    proven = family(runtime) in _working
+    _working.clear()
+    checked.clear()
+    for cached in (_python_layout, _node_layout, _uid_decision, _readable_by, _runtime_files):
+        cached.cache_clear()
+    return proven
+
+
+def mark_working(runtime: str) -> None:
+    """A worker of ``runtime`` started (said hello) with the current resolutions."""
+    _working.add(family(runtime))
+
+
 def python_layout(config: Config) -> Layout:
-    return _python_layout(config.python, runtime_files(config).harness)
+    # Keyed by the interpreter's real path: a symlink pointed elsewhere is a new layout.
+    return _python_layout(os.path.realpath(config.python), runtime_files(config).harness)
 
 
 def node_layout(config: Config) -> Layout:
     files = runtime_files(config)
-    return _node_layout(config.node, files.harness, files.node_modules)
+    return _node_layout(os.path.realpath(config.node), files.harness, files.node_modules)
 
 
 @functools.cache
 def _python_layout(python: str, harness: str) -> Layout:
-    python = os.path.realpath(python)
     stdlib = _stdlib_of(python)
     version = Path(stdlib).name  # "python3.11"
     inside_bin = f"{_PY_HOME}/bin/{version}"
@@ -125,7 +150,6 @@ def _python_layout(python: str, harness: str) -> Layout:
 
 @functools.cache
 def _node_layout(node: str, harness: str, node_modules: str) -> Layout:
-    node = os.path.realpath(node)
     binds = [
         Bind(node, "/usr/bin/node"),
         Bind(f"{harness}/worker.js", f"{_HARNESS_HOME}/worker.js"),
@@ -147,7 +171,10 @@ def _stdlib_of(python: str) -> str:
     if python == os.path.realpath(getattr(sys, "_base_executable", sys.executable)):
         return sysconfig.get_paths()["stdlib"]
     query = "import sysconfig; print(sysconfig.get_paths()['stdlib'])"
-    out = subprocess.run([python, "-I", "-S", "-c", query], capture_output=True, text=True)
+    try:
+        out = subprocess.run([python, "-I", "-S", "-c", query], capture_output=True, text=True)
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot run the sandbox's Python {python}: {exc.strerror}")
     if out.returncode != 0:
         raise SandboxUnavailable(f"cannot run the sandbox's Python {python}: {out.stderr.strip()}")
     return out.stdout.strip()
@@ -421,15 +448,18 @@ def _popen(
 ) -> subprocess.Popen[bytes]:
     req_r, res_w, diag_w = child_ends
     as_user = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
-    return subprocess.Popen(
-        argv,
-        stdin=req_r,
-        stdout=diag_w,
-        stderr=diag_w,
-        pass_fds=(res_w, *extra_fds),
-        env=env,
-        **as_user,
-    )
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=req_r,
+            stdout=diag_w,
+            stderr=diag_w,
+            pass_fds=(res_w, *extra_fds),
+            env=env,
+            **as_user,
+        )
+    except FileNotFoundError as exc:
+        raise SandboxUnavailable(f"cannot start a worker: {exc.filename} not found")
 
 
 def read_child_pid(info_r: int, proc: subprocess.Popen[bytes], timeout: float) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from evaluators.sandbox import get_runner
-from evaluators.sandbox.config import Config, load_config
+from evaluators.sandbox.config import Config, load_config, reset_config
 from evaluators.sandbox.pool import registry
 from evaluators.sandbox.results import CallResult
 
@@ -36,6 +36,20 @@ def config() -> Config:
 def _close_pools():
     yield
     registry().close_all()
+
+
+@pytest.fixture
+def sandbox_env(monkeypatch):
+    """Set sandbox environment variables for one test. The configuration is resolved once per
+    process, so it is resolved again after each change and once the test has undone them."""
+
+    def setenv(name: str, value: str) -> None:
+        monkeypatch.setenv(name, value)
+        reset_config()
+
+    yield setenv
+    monkeypatch.undo()
+    reset_config()
 
 
 def call(inputs: Any = None, outputs: Any = "", trace: Any = None, **extra: Any) -> dict:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 
 from evaluators.sandbox import SandboxUnavailable, run_batch, sandbox_status
 from evaluators.sandbox.pool import registry
-from evaluators.sandbox.process import CHUNK_CALLS, encode_chunks, line_bytes
+from evaluators.sandbox.process import CHUNK_CALLS, WorkerProcess, encode_chunks, line_bytes
 
 from .conftest import call, error_code, fresh_project, run
 
@@ -199,8 +202,8 @@ def test_it_runs_through_the_public_api():
     assert results[0].value is True
 
 
-def test_it_refuses_to_run_without_bwrap(monkeypatch):
-    monkeypatch.setenv("EVALSITE_SANDBOX_BWRAP", "/nonexistent/bwrap")
+def test_it_refuses_to_run_without_bwrap(sandbox_env):
+    sandbox_env("EVALSITE_SANDBOX_BWRAP", "/nonexistent/bwrap")
     with pytest.raises(SandboxUnavailable, match="bwrap not found at /nonexistent/bwrap"):
         run_batch(
             project_key="acme",
@@ -329,3 +332,142 @@ def test_it_replaces_a_worker_killed_while_idle_without_blaming_anyone(config):
     time.sleep(0.1)
     results = run(config, "python", COUNTER_PY, [call(), call()], project=project)
     assert [r.value for r in results] == [1, 2]
+
+
+# -- health checks without a /proc read per call ------------------------------------------------
+@pytest.fixture
+def proc_reads(monkeypatch):
+    """How often a worker's CPU time is read from /proc (the real read still happens)."""
+    reads = []
+    cpu_used = WorkerProcess.cpu_used
+
+    def counted(worker):
+        reads.append(worker.spawned.pid)
+        return cpu_used(worker)
+
+    monkeypatch.setattr(WorkerProcess, "cpu_used", counted)
+    return reads
+
+
+def test_it_reads_proc_only_when_a_worker_could_have_used_half_its_cpu(config, proc_reads):
+    project = fresh_project()
+    for _ in range(30):
+        run(config, "python", COUNTER_PY, project=project, revision_key="quick")
+    # 30 quick calls take far less wall time than half of cpu_seconds, on every core at once.
+    assert proc_reads == []
+
+
+def test_it_recycles_a_worker_whose_short_calls_add_up_to_half_its_cpu(config, proc_reads):
+    frugal, project = config.with_(cpu_seconds=2), fresh_project()
+    values = []
+    for _ in range(14):
+        results = run(
+            frugal, "python", BURN_PY, [call({"cpu": 0.15})], project=project, revision_key="b"
+        )
+        assert results[0].status == "success", results[0].error
+        values.append(results[0].value)
+    # Replaced once past 1 s (each call 0.15 s), long before RLIMIT_CPU's 2 s could stop it.
+    restart = values.index(1, 1)
+    assert values[:restart] == list(range(1, restart + 1))
+    assert 6 <= restart <= 12
+    assert proc_reads, "the CPU time was never read"
+
+
+def test_it_replaces_a_worker_that_ran_out_of_memory_whatever_the_health_checks(config, proc_reads):
+    code = """
+        calls = 0
+        def evaluate(inputs, outputs, trace):
+            global calls
+            calls += 1
+            if inputs.get("hog"):
+                data = bytearray(1024 * 1024 * 1024)
+            return calls
+    """
+    project = fresh_project()
+    calls = [call(), call({"hog": True}), call()]
+    results = run(config, "python", code, calls, project=project, revision_key="hog")
+    assert [results[0].value, error_code(results[1]), results[2].value] == [1, "memory_limit", 1]
+    # The kernel's limit stopped it and the worker asked to go: no /proc read was involved.
+    assert proc_reads == []
+    assert run(config, "python", code, project=project, revision_key="hog")[0].value == 2
+
+
+# -- paths resolved once per process -------------------------------------------------------------
+OK_VERSION = "import platform\ndef evaluate(i, o, t):\n    return platform.python_version()\n"
+
+
+def test_it_reports_an_interpreter_that_went_away_instead_of_running_the_old_one(config, tmp_path):
+    link = tmp_path / "python3"
+    link.symlink_to(config.python)
+    linked, project = config.with_(python=str(link)), fresh_project()
+    assert run(linked, "python", OK_VERSION, project=project)[0].status == "success"
+    registry().close_all()
+    link.unlink()
+    link.symlink_to(tmp_path / "gone" / "python3")
+    for _ in range(2):  # the failure is reported, then checked again, never worked around
+        with pytest.raises(SandboxUnavailable, match=f"Python {tmp_path}/gone/python3: No such"):
+            run(linked, "python", OK_VERSION, project=project)
+    link.unlink()
+    link.symlink_to(config.python)
+    assert run(linked, "python", OK_VERSION, project=project)[0].status == "success"
+
+
+OTHER_PYTHON = "/usr/bin/python3.11"
+
+
+def _version_of(python: str) -> str:
+    query = [python, "-c", "import platform; print(platform.python_version())"]
+    return subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(
+    not os.path.exists(OTHER_PYTHON) or platform.python_version() == _version_of(OTHER_PYTHON),
+    reason="needs a second interpreter of another version",
+)
+def test_it_starts_workers_with_the_interpreter_a_path_now_names(config, tmp_path):
+    link = tmp_path / "python3"
+    link.symlink_to(OTHER_PYTHON)
+    # Unjailed: the host's own interpreter may sit where the jail's uid cannot read it.
+    linked, project = config.with_(python=str(link), runner="inprocess"), fresh_project()
+    assert run(linked, "python", OK_VERSION, project=project)[0].value == _version_of(OTHER_PYTHON)
+    registry().close_all()
+    link.unlink()
+    link.symlink_to(os.path.realpath(sys._base_executable))
+    assert run(linked, "python", OK_VERSION, project=project)[0].value == platform.python_version()
+
+
+# -- who is blamed when nothing comes back -------------------------------------------------------
+HANG_AT_LOAD = {
+    "python": "import time\ntime.sleep(60)\ndef evaluate(i, o, t):\n    return 1\n",
+    "javascript": "while (true) {}\nfunction evaluate() { return 1; }",
+}
+HANG_IN_CALL = {
+    "python": "import time\ndef evaluate(i, o, t):\n"
+    "    if i.get('hang'):\n        time.sleep(60)\n    return i['n']\n",
+    "javascript": "function evaluate(i) { while (i.hang) {} return i.n; }",
+}
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript"])
+def test_it_blames_a_load_that_never_ends_on_the_load(config, runtime):
+    calls = [call(), call(), call()]
+    results = run(config, runtime, HANG_AT_LOAD[runtime], calls, timeout_s=0.5)
+    assert [error_code(r) for r in results] == ["timeout"] * 3
+    assert {r.error["message"] for r in results} == {
+        "While loading the evaluator: loading the evaluator did not finish within 0.5 s; "
+        "the worker was stopped."
+    }
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript"])
+def test_it_blames_a_call_that_never_ends_on_that_call_when_the_worker_holds_the_code(
+    config, runtime
+):
+    project, code = fresh_project(), HANG_IN_CALL[runtime]
+    # The pool's one worker compiles the revision now; the next batch finds it held.
+    assert run(config, runtime, code, [call({"n": 0})], project=project, revision_key="held")
+    calls = [call({"n": 1, "hang": True}), call({"n": 2}), call({"n": 3})]
+    results = run(config, runtime, code, calls, project=project, revision_key="held", timeout_s=0.5)
+    assert error_code(results[0]) == "timeout"
+    assert results[0].error["message"].startswith("this call did not finish within 0.5 s")
+    assert [r.value for r in results[1:]] == [2, 3]

@@ -267,9 +267,14 @@ function entryPoint(loaded, entry, version) {
   };
 }
 
-function load(rev, code, runtime) {
+function held(rev, code) {
   const cached = evaluators.get(rev);
-  if (cached && cached.code === code) return cached;
+  return cached && cached.code === code ? cached : null;
+}
+
+function load(rev, code, runtime) {
+  const cached = held(rev, code);
+  if (cached) return cached;
   const compiled = compile(code, runtime);
   if (compiled.error) return compiled;
   const loaded = instantiate(compiled);
@@ -463,6 +468,10 @@ function call(evaluate, args) {
 // ---- requests --------------------------------------------------------------------------------
 async function batch(header, reader) {
   const prefix = `R ${header.nonce} `;
+  // Compiling (transpiling) and running the module may take long: the host then blames a
+  // fault on the load.
+  const compiling = !held(header.rev, header.code);
+  if (compiling) send(`K ${header.nonce}\n`);
   const loaded = load(header.rev, header.code, header.runtime);
   const entry = loaded.error
     ? loaded
@@ -471,7 +480,13 @@ async function batch(header, reader) {
   if (entry.error) answer.error = entry.error;
   const loadLogs = takeLogs();
   if (loadLogs) answer.logs = loadLogs;
-  send(`L ${header.nonce} ${stringify(answer)}\n`);
+  // For a revision already held, L goes out with the first result: one write, one wake-up of
+  // the host. Otherwise the host restarts the first call's clock on it.
+  let ahead = `L ${header.nonce} ${stringify(answer)}\n`;
+  if (compiling || entry.error) {
+    send(ahead);
+    ahead = '';
+  }
   let index = 0;
   for (let remaining = header.n; remaining > 0; ) {
     const chunk = parse(reader.next());
@@ -480,10 +495,12 @@ async function batch(header, reader) {
     for (const args of chunk) {
       let result = call(entry.fn, args);
       if (typeof result !== 'string') result = await settle(result);
-      send(`${prefix}${index} ${result}\n`);
+      send(`${ahead}${prefix}${index} ${result}\n`);
+      ahead = '';
       index += 1;
     }
   }
+  if (ahead) send(ahead);
 }
 
 // Awaits an evaluate() promise. A timer keeps the event loop alive meanwhile: a promise that

@@ -14,7 +14,11 @@ host -> worker (stdin)
 
 worker -> host (RESULT_FD)
     ``H {"runtime": ...}``                  once, when ready
-    ``L <nonce> {"ok": true, "logs": ...}`` after loading the batch's evaluator (or its error)
+    ``K <nonce>``                           before compiling and running the module (a revision
+                                            this worker does not hold yet)
+    ``L <nonce> {"ok": true, "logs": ...}`` after loading the batch's evaluator (or its error);
+                                            for a revision already held, in the same write as
+                                            the first result (one wake-up of the host, not two)
     ``R <nonce> <index> {...}``             one per call (index counts from 0 in the batch), in
                                             order, written as soon as the call ends
     ``C <nonce> [problems]``                answer to a check
@@ -139,11 +143,14 @@ class Harness:
                 self.check(message)
 
     # -- loading --------------------------------------------------------------------------------
-    def load(self, rev: str, code: str) -> tuple:
-        """Compile and run the module once per revision; returns (evaluator, error dict)."""
+    def load(self, rev: str, code: str, nonce: bytes) -> tuple:
+        """Compile and run the module once per revision; returns (evaluator, error dict,
+        whether it was compiled now)."""
         cached = self.evaluators.get(rev)
         if cached is not None and cached.code == code:
-            return cached, None
+            return cached, None, False
+        # Running the module may take long: the host then blames a fault on the load.
+        self.send(b"K %s\n" % nonce)
         self.loaded += 1
         evaluator = Evaluator(f"<evaluator {self.loaded}>", code)
         error = self.run_module(evaluator, code)
@@ -152,7 +159,7 @@ class Harness:
             self.evaluators[rev] = evaluator
             if len(self.evaluators) > MAX_EVALUATORS:
                 del self.evaluators[next(iter(self.evaluators))]
-        return evaluator, error
+        return evaluator, error, True
 
     def run_module(self, evaluator: Evaluator, code: str):
         try:
@@ -207,7 +214,7 @@ class Harness:
         nonce = header["nonce"].encode()
         remaining = header["n"]
         self.reset_process_state()
-        evaluator, error = self.load(header["rev"], header["code"])
+        evaluator, error, compiled = self.load(header["rev"], header["code"], nonce)
         entry = header.get("entry") or "evaluate"
         function = evaluator.entry(entry) if error is None else None
         if error is None and function is None:
@@ -218,22 +225,33 @@ class Harness:
         logs = self.capture.take()
         if logs:
             loaded["logs"] = logs
-        self.send(b"L %s %s\n" % (nonce, _dumps(loaded).encode()))
+        ahead = b"L %s %s\n" % (nonce, _dumps(loaded).encode())
+        if compiled or error is not None:
+            # The host restarts the first call's clock on this frame.
+            self.send(ahead)
+            ahead = b""
         index = 0
         while remaining > 0:
             chunk = _loads(self.requests.readline())
             remaining -= len(chunk)
-            if error is None:
-                index = self.run_chunk(evaluator, function, chunk, b"R " + nonce + b" ", index)
+            if error is None and chunk:
+                index = self.run_chunk(
+                    evaluator, function, chunk, b"R " + nonce + b" ", index, ahead
+                )
+                ahead = b""
+        if ahead:
+            self.send(ahead)
 
     def run_chunk(
-        self, evaluator: Evaluator, function, chunk: list, prefix: bytes, index: int
+        self, evaluator: Evaluator, function, chunk: list, prefix: bytes, index: int, ahead: bytes
     ) -> int:
-        """Run each call of a chunk, sending its frame before starting the next one."""
+        """Run each call of a chunk, sending its frame before starting the next one. ``ahead``
+        (a deferred ``L`` frame) goes out with the first: one write, one wake-up of the host."""
         call, out = self.call, self.out
         for args in chunk:
             encoded, retire = call(function, evaluator, args)
-            frame = b"%s%d %s\n" % (prefix, index, encoded)
+            frame = b"%s%s%d %s\n" % (ahead, prefix, index, encoded)
+            ahead = b""
             written = _write(out, frame)
             if written != len(frame):
                 self.send(frame[written:])
