@@ -17,6 +17,7 @@ from runs.compare.comparison import (
     run_ids_parse,
     run_values,
     shared_metrics,
+    values_cache_clear,
 )
 from runs.compare.stats import (
     TOLERANCE,
@@ -53,5 +54,6 @@ __all__ = [
     "run_values",
     "shared_metrics",
     "sign_test",
+    "values_cache_clear",
     "wilson",
 ]

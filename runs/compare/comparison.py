@@ -1,22 +1,24 @@
-"""Comparing runs of one testset: shared metrics, per-scenario values read in one statement per
-run, cards with paired tests, and aligned rows (docs/compare.md)."""
+"""Comparing runs of one testset: shared metrics, per-scenario values read from the read model
+in one statement for all runs, cards with paired tests, and aligned rows (docs/compare.md)."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
-from django.db import connection
 
 from evalsite.errors import InvalidInput
+from evalsite.jsonpaths import dig
 from evalsite.models import Project
 from runs import metrics as run_metrics
 from runs import selectors
+from runs.compare.selectors import aligned_cells, read_model_values, results_values
 from runs.compare.stats import TOLERANCE, paired_test
-from runs.models import ACTIVE_RUN_STATUSES, Run, RunStep, Scenario
+from runs.models import ACTIVE_RUN_STATUSES, Run, RunStep
 
 MAX_RUNS = 10
 
@@ -242,12 +244,6 @@ def higher_is_better(key: str, hint: str | None = None) -> bool:
     return not (last in LOWER_IS_BETTER or last.endswith("_ms"))
 
 
-_VALUE = (
-    "CASE jsonb_typeof(a.outputs #> %s) WHEN 'number' THEN (a.outputs #>> %s)::float8 "
-    "WHEN 'boolean' THEN (a.outputs #>> %s)::boolean::int END"
-)
-
-
 @dataclass
 class RunValues:
     present: np.ndarray  # bool per testcase index: the run has this scenario
@@ -277,49 +273,95 @@ def comparison_values(
 ) -> dict[int, RunValues]:
     """Every scenario's value of each metric, per run, on one index axis."""
     metrics = comparison.metrics if metrics is None else metrics
-    found = {run.pk: run_values(run, metrics) for run in comparison.runs}
+    found = runs_values(comparison.runs, metrics)
     length = max(len(v.present) for v in found.values())
     return {pk: v.padded(length) for pk, v in found.items()}
 
 
 def run_values(run: Run, metrics: list[SharedMetric]) -> RunValues:
-    """A run's per-scenario values of these metrics: the mean over its repeats of each
-    successful cell, and whether a cell without a value errored. Read with one statement over
-    the run's results (plus its scenarios' indexes); kept in a small per-process cache while
-    the run does not change."""
-    key = (run.pk, tuple((m.name, m.steps[run.pk], tuple(m.paths[run.pk])) for m in metrics))
-    stamp = (run.status, run.progressed_at, run.finished_at, run.repeats)
-    cached = _CACHE.get(key, stamp)
-    if cached is not None:
-        return cached
-    found = _run_values_read(run, metrics)
-    if not run.is_active:
-        _CACHE.put(key, stamp, found)
+    return runs_values([run], metrics)[run.pk]
+
+
+def runs_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int, RunValues]:
+    """Runs' per-scenario values of these metrics: the mean over its repeats of each
+    successful cell, and whether a cell without a value errored. Read from the read model
+    (``ScenarioValue``), for all runs at once, when it is current (refreshed since the run's
+    last cell); else, and for a metric it holds no row of, from the results. Kept in a small
+    per-process cache while the run and its read model do not change."""
+    found, stale, current = {}, [], []
+    for run in runs:
+        cached = _CACHE.get(*_cache_key(run, metrics))
+        if cached is not None:
+            found[run.pk] = cached
+        else:
+            (current if _read_model_current(run) else stale).append(run)
+    if current:
+        found |= _read_model_values(current, metrics)
+    for run in stale:
+        found[run.pk] = _results_values(run, metrics)
+    for run in (*current, *stale):
+        if not run.is_active:
+            _CACHE.put(*_cache_key(run, metrics), found[run.pk])
     return found
 
 
-def _run_values_read(run: Run, metrics: list[SharedMetric]) -> RunValues:
-    steps = sorted({m.steps[run.pk] for m in metrics})
-    columns, params = [], []
-    for metric in metrics:
-        path = metric.paths[run.pk]
-        columns.append(f"CASE WHEN r.step_key = %s THEN {_VALUE} END")
-        params += [metric.steps[run.pk], path, path, path]
-    # Values are parameters; the only text spliced in is this module's own SQL.
-    sql = (
-        "SELECT r.scenario_id, array_position(%s::text[], r.step_key::text), "  # noqa: S608
-        f"(r.status = 'error')::int{''.join(', ' + c for c in columns)} "
-        "FROM runs_result r LEFT JOIN runs_annotation a ON a.id = r.annotation_id "
-        "WHERE r.run_id = %s AND r.step_key = ANY(%s)"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, index FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL",
-            [run.pk],
-        )
-        scenarios = np.array(cursor.fetchall(), dtype=np.int64).reshape(-1, 2)
-        cursor.execute(sql, [steps, *params, run.pk, steps])
-        rows = np.array(cursor.fetchall(), dtype=float).reshape(-1, 3 + len(metrics))
+def _cache_key(run: Run, metrics: list[SharedMetric]) -> tuple[tuple, tuple]:
+    key = (run.pk, tuple((m.name, m.steps[run.pk], tuple(m.paths[run.pk])) for m in metrics))
+    stamp = (run.status, run.progressed_at, run.finished_at, run.repeats, run.metrics_refreshed_at)
+    return key, stamp
+
+
+def _read_model_current(run: Run) -> bool:
+    """Refreshed since its last cell landed: every refresh (debounced after cells land, at a
+    run's end, after a schema backfill) ends with the run-wide one, which stamps the run."""
+    refreshed = run.metrics_refreshed_at
+    return refreshed is not None and (run.progressed_at is None or run.progressed_at <= refreshed)
+
+
+def _read_model_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int, RunValues]:
+    cells = [
+        [(run.pk, m.steps[run.pk], ".".join(m.paths[run.pk])) for m in metrics] for run in runs
+    ]
+    read = read_model_values([run.pk for run in runs], [c for cs in cells for c in cs])
+    found = {}
+    for run, run_cells in zip(runs, cells, strict=True):
+        indexes = read.present.get(run.pk, np.empty(0, dtype=np.int64))
+        present = np.zeros(int(indexes.max()) + 1 if len(indexes) else 0, dtype=bool)
+        present[indexes] = True
+        values, errors, missing = {}, {}, []
+        for metric, cell in zip(metrics, run_cells, strict=True):
+            if cell not in read.values:
+                missing.append(metric)
+                continue
+            values[metric.name], errors[metric.name] = _aligned(
+                present, *read.values[cell], read.errored.get(cell, indexes[:0])
+            )
+        found[run.pk] = RunValues(present, values, errors, binary=run.repeats == 1)
+        if missing:  # the read model holds no row of these keys: read them from the results
+            extra = _results_values(run, missing).padded(len(present))
+            found[run.pk].values |= {k: v[: len(present)] for k, v in extra.values.items()}
+            found[run.pk].errors |= {k: v[: len(present)] for k, v in extra.errors.items()}
+    return found
+
+
+def _aligned(present: np.ndarray, at: np.ndarray, column: np.ndarray, errored_at: np.ndarray):
+    """One metric's values and errors on the run's index axis; scenarios without a testcase
+    (present is false) have neither."""
+    length = len(present)
+    value = np.full(length, np.nan)
+    inside = at < length
+    value[at[inside]] = column[inside]
+    value[~present] = np.nan
+    errored = np.zeros(length, dtype=bool)
+    errored[errored_at[errored_at < length]] = True
+    return value, errored & present & np.isnan(value)
+
+
+def _results_values(run: Run, metrics: list[SharedMetric]) -> RunValues:
+    """The values dug out of each result's annotation: what the read model's refresh computes,
+    for what it does not hold yet."""
+    columns = [(m.steps[run.pk], m.paths[run.pk]) for m in metrics]
+    scenarios, rows, steps = results_values(run.pk, columns)
     length = int(scenarios[:, 1].max()) + 1 if len(scenarios) else 0
     present = np.zeros(length, dtype=bool)
     present[scenarios[:, 1]] = True
@@ -345,15 +387,16 @@ def _run_values_read(run: Run, metrics: list[SharedMetric]) -> RunValues:
 
 
 class _ValuesCache:
-    """Per-process LRU of runs' value arrays, bounded in bytes and in age: a finished run's
-    values change only when its results do (which moves ``progressed_at``, part of the stamp)."""
+    """Per-process LRU of runs' value arrays and of the statistics computed from them, bounded
+    in bytes, entries and age: a finished run's values change only when its results do (which
+    moves ``progressed_at``) or its read model does (``metrics_refreshed_at``), both stamped."""
 
-    def __init__(self, max_bytes: int = 64 * 2**20, max_age: float = 600.0):
-        self.max_bytes, self.max_age = max_bytes, max_age
-        self.entries: OrderedDict[tuple, tuple[tuple, float, RunValues]] = OrderedDict()
+    def __init__(self, max_bytes: int = 64 * 2**20, max_age: float = 600.0, max_entries: int = 256):
+        self.max_bytes, self.max_age, self.max_entries = max_bytes, max_age, max_entries
+        self.entries: OrderedDict[tuple, tuple[tuple, float, object]] = OrderedDict()
         self.lock = threading.Lock()  # threaded servers share the process
 
-    def get(self, key: tuple, stamp: tuple) -> RunValues | None:
+    def get(self, key: tuple, stamp: tuple):
         with self.lock:
             entry = self.entries.get(key)
             if entry is None or entry[0] != stamp or time.monotonic() - entry[1] > self.max_age:
@@ -361,11 +404,13 @@ class _ValuesCache:
             self.entries.move_to_end(key)
             return entry[2]
 
-    def put(self, key: tuple, stamp: tuple, values: RunValues) -> None:
+    def put(self, key: tuple, stamp: tuple, found) -> None:
         with self.lock:
-            self.entries[key] = (stamp, time.monotonic(), values)
+            self.entries[key] = (stamp, time.monotonic(), found)
             self.entries.move_to_end(key)
-            while sum(e[2].nbytes for e in self.entries.values()) > self.max_bytes:
+            while len(self.entries) > self.max_entries or self.max_bytes < sum(
+                getattr(e[2], "nbytes", 0) for e in self.entries.values()
+            ):
                 self.entries.popitem(last=False)
 
     def clear(self) -> None:
@@ -374,6 +419,11 @@ class _ValuesCache:
 
 
 _CACHE = _ValuesCache()
+
+
+def values_cache_clear() -> None:
+    """Forget every run's cached values (benchmarks and tests time and count the first view)."""
+    _CACHE.clear()
 
 
 def comparison_stats(comparison: Comparison, values: dict[int, RunValues]) -> list[dict]:
@@ -477,45 +527,60 @@ def aligned_rows(
     """The rows at these testcase indexes: the inputs, and per run its outputs, each metric's
     value or error, and the delta from the baseline (candidate - baseline)."""
     indexes = [int(i) for i in indexes]
-    details = {}
-    for run in comparison.runs:
-        scenarios = list(Scenario.objects.filter(run=run, index__in=indexes))
-        details[run.pk] = {r["scenario"].index: r for r in selectors.scenario_rows(run, scenarios)}
-    outputs = {run.pk: _outputs_column(run) for run in comparison.runs}
+    runs = comparison.runs
+    outputs = {run.pk: _outputs_step(run) for run in runs}
+    read = aligned_cells(
+        [run.pk for run in runs],
+        indexes,
+        steps=sorted({m.steps[run.pk] for m in metrics for run in runs}),
+        outputs_steps=sorted({step for step in outputs.values() if step}),
+    )
     base = comparison.baseline.pk
     rows = []
     for index in indexes:
         cells = []
-        for run in comparison.runs:
+        for run in runs:
             v = values[run.pk]
-            row = details[run.pk].get(index)
-            cell = {"run": run.pk, "present": row is not None, "values": {}, "errors": {}}
-            if row is not None:
-                cell["status"] = row["scenario"].status
-                cell["outputs"] = row["values"].get(outputs[run.pk])
+            scenario = read.scenarios.get((run.pk, index))
+            cell = {"run": run.pk, "present": scenario is not None, "values": {}, "errors": {}}
+            if scenario is not None:
+                cell["status"] = scenario[1]
+                cell["outputs"] = read.outputs.get((scenario[0], outputs[run.pk]))
             for metric in metrics:
                 value = _value(v, metric, index)
                 if value is not None:
                     cell["values"][metric.name] = value
                 elif v.errors[metric.name][index]:
-                    error = (row or {}).get("errors", {}).get(metric.name)
+                    error = scenario and read.errors.get((scenario[0], metric.steps[run.pk]))
                     cell["errors"][metric.name] = error or {"code": "error", "message": ""}
             if run.pk != base:
                 deltas = {m.name: _delta(values[base], v, m, index) for m in metrics}
                 cell["deltas"] = {k: d for k, d in deltas.items() if d is not None}
             cells.append(cell)
-        first = next(
-            (details[r.pk][index] for r in comparison.runs if index in details[r.pk]), None
-        )
-        inputs = {c: first["values"].get(c) for c in comparison.input_columns} if first else {}
+        first = next((r for r in runs if (r.pk, index) in read.scenarios), None)
+        inputs = {}
+        if first is not None:  # the first run that has the row, through its own columns
+            read_inputs = _inputs(first, read.scenarios[(first.pk, index)][2])
+            inputs = {c: read_inputs.get(c) for c in comparison.input_columns}
         rows.append({"index": index, "inputs": inputs, "runs": cells})
     return rows
 
 
-def _outputs_column(run: Run) -> str | None:
-    return next(
-        (m["column"]["name"] for m in run.mappings if m["column"]["kind"] == "outputs"), None
-    )
+def _outputs_step(run: Run) -> str | None:
+    return next((m["step"]["key"] for m in run.mappings if m["column"]["kind"] == "outputs"), None)
+
+
+def _inputs(run: Run, inputs: dict) -> dict:
+    """The run's input columns of one scenario, read as the scenario table reads them."""
+    out = {}
+    for mapping in run.mappings:
+        if mapping["column"]["kind"] == "input":
+            path = mapping["step"]["path"].split(".")
+            wrapped = {"attributes": {"ag": {"data": {"inputs": inputs}}}}
+            out[mapping["column"]["name"]] = (
+                dig(inputs, path[1:]) if path[0] == "data" else dig(wrapped, path)
+            )
+    return out
 
 
 def _value(v: RunValues, metric: SharedMetric, index: int) -> float | bool | None:
@@ -553,8 +618,21 @@ def comparison_report(
         offset = max(len(indexes) - 1, 0) // limit * limit
     return {
         "metrics": chosen,
-        "stats": comparison_stats(comparison, values) if stats else [],
+        "stats": _stats_cached(comparison, values) if stats else [],
         "total": len(indexes),
         "offset": offset,
         "rows": aligned_rows(comparison, values, indexes[offset : offset + limit], metrics=chosen),
     }
+
+
+def _stats_cached(comparison: Comparison, values: dict[int, RunValues]) -> list[dict]:
+    """``comparison_stats``, kept beside the values it comes from while no run changes: a view
+    after the first recomputes nothing over the scenarios."""
+    keys = [_cache_key(run, comparison.metrics) for run in comparison.runs]
+    key, stamp = ("stats", *(k for k, _ in keys)), tuple(s for _, s in keys)
+    found = _CACHE.get(key, stamp)
+    if found is None:
+        found = comparison_stats(comparison, values)
+        if not any(run.is_active for run in comparison.runs):
+            _CACHE.put(key, stamp, found)
+    return copy.deepcopy(found)  # callers may decorate what they get

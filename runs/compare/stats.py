@@ -18,6 +18,7 @@ EXACT_BELOW = 25  # McNemar: exact binomial on the discordant pairs below this m
 
 
 MULTINOMIAL_MAX_DISTINCT = 64  # bootstrap over the distinct differences: exact and cheap
+DISTINCT_PREFIX = 1024  # differences looked at before sorting them all to count distinct ones
 
 
 BOOTSTRAP_MAX_DRAWS = (
@@ -42,11 +43,15 @@ def paired_bootstrap(diffs: np.ndarray, *, resamples: int = RESAMPLES, seed: int
     if n == 0:
         return {"mean": None, "ci": None, "method": "bootstrap", "resamples": 0}
     mean = float(diffs.mean())
-    values, counts = np.unique(np.round(diffs, 12), return_counts=True)
+    # More distinct values in a prefix than the multinomial takes: no need to sort them all.
+    distinct = len(np.unique(np.round(diffs[:DISTINCT_PREFIX], 12)))
+    if distinct <= MULTINOMIAL_MAX_DISTINCT:
+        values, counts = np.unique(np.round(diffs, 12), return_counts=True)
+        distinct = len(values)
     rng = np.random.default_rng(seed)
-    if len(values) == 1:
+    if distinct == 1:
         return {"mean": mean, "ci": [mean, mean], "method": "bootstrap", "resamples": resamples}
-    if len(values) <= MULTINOMIAL_MAX_DISTINCT:
+    if distinct <= MULTINOMIAL_MAX_DISTINCT:
         means = rng.multinomial(n, counts / n, size=resamples) @ values / n
     elif n * resamples <= BOOTSTRAP_MAX_DRAWS:
         chunk = max(1, 2_000_000 // n)

@@ -32,20 +32,19 @@ def run_compare(request, project):
     selected = compare.run_ids_parse(params.getlist("runs"))
     context = {
         "project": project,
-        "choices": compare.comparable_runs(project=project, include=selected),
         "selected": selected,
         "baseline_id": params.get("baseline") or (selected[0] if selected else ""),
         "errors": [],
     }
     if not selected:
-        return render(request, "runs/compare.html", context)
+        return _page(request, context)
     try:
         comparison = compare.comparison_get(
             project=project, run_ids=selected, baseline=params.get("baseline")
         )
     except InvalidInput as exc:  # shown above the picker; an unknown run is still a 404
         context["errors"] = [reason for reasons in exc.fields.values() for reason in reasons]
-        return render(request, "runs/compare.html", context, status=exc.status)
+        return _page(request, context, status=exc.status)
     metric, show = params.get("metric", ""), params.get("filter", "")
     fragment = request.htmx and request.htmx.target == "compare-rows"
     number = _page_number(params)
@@ -76,7 +75,15 @@ def run_compare(request, project):
     }
     if fragment:
         return render(request, "runs/compare.html#compare-rows", context)
-    return render(request, "runs/compare.html", context)
+    return _page(request, context)
+
+
+def _page(request, context: dict, status: int = 200):
+    """The whole page: with the picker, whose runs the rows fragment does not need."""
+    context["choices"] = compare.comparable_runs(
+        project=context["project"], include=context["selected"]
+    )
+    return render(request, "runs/compare.html", context, status=status)
 
 
 @project_view()

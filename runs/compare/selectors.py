@@ -1,0 +1,204 @@
+"""Reads of a comparison: runs' per-scenario values from the read model (``ScenarioValue``) in
+one binary COPY (from results and annotations for what it does not hold), and what the aligned
+rows show beside the values."""
+
+from __future__ import annotations
+
+import struct
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+from django.db import connection
+
+from runs.traces import trace_roots
+
+Cell = tuple[int, str, str]  # (run id, step key, metric key): one metric of one run
+
+# Binary COPY framing (PostgreSQL docs, "COPY ... binary format"): a 19-byte header, per row an
+# int16 field count and (int32 length + data) per field, an int16 -1 as trailer.
+_HEADER = 19
+_FIELD = struct.Struct(">i")
+_ARRAY_HEADER = 20  # ndim, has-nulls flag, element type, then one dimension's size and bound
+_ELEMENTS = {
+    "index": np.dtype([("length", ">i4"), ("value", ">i4")]),
+    "value": np.dtype([("length", ">i4"), ("value", ">f8")]),
+}
+_PRESENT, _VALUES, _ERRORED = 0, 1, 2
+_PRESENT_SQL = (
+    "SELECT %s::int2, %s::int2, array_agg(index), NULL::float8[] "
+    "FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL"
+)
+# ORDER BY the index's own order: an index-only scan of scenariovalue_sort.
+_VALUES_SQL = (
+    "SELECT %s::int2, %s::int2, array_agg(index), array_agg(coalesce(value, 'NaN'::float8)) "
+    "FROM (SELECT index, value FROM runs_scenariovalue "
+    "WHERE run_id = %s AND step_key = %s AND key = %s ORDER BY value, index) v"
+)
+_ERRORED_SQL = (
+    "SELECT %s::int2, %s::int2, array_agg(index), NULL::float8[] FROM runs_scenariovalue "
+    "WHERE run_id = %s AND step_key = %s AND key = %s AND value IS NULL AND errors > 0"
+)
+
+
+@dataclass
+class ReadModelValues:
+    """What the read model holds for some runs: scenario indexes and values, not yet aligned."""
+
+    present: dict[int, np.ndarray] = field(default_factory=dict)  # run -> indexes
+    values: dict[Cell, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    errored: dict[Cell, np.ndarray] = field(default_factory=dict)  # errored, without a value
+
+
+def read_model_values(run_ids: list[int], cells: list[Cell]) -> ReadModelValues:
+    """The scenarios (with a testcase) of these runs and each cell's per-scenario values (NaN
+    without one) and errored scenarios, in ONE statement: an index-only scan of
+    ``scenariovalue_sort`` per cell (the ORDER BY picks it), the few NULL values' errors from the
+    same index, the runs' scenario indexes. Each part comes back as one row of arrays in binary,
+    so the rows are a few messages parsed by numpy, never 100,000 Python objects. A cell the
+    read model has no row for is left out of ``values`` (the caller reads it elsewhere)."""
+    parts, params = [], []
+    for i, run_id in enumerate(run_ids):
+        parts.append(_PRESENT_SQL)
+        params += [_PRESENT, i, run_id]
+    for i, cell in enumerate(cells):
+        parts += [_VALUES_SQL, _ERRORED_SQL]
+        params += [_VALUES, i, *cell, _ERRORED, i, *cell]
+    # Values are parameters; the text joined is this module's own SQL.
+    sql = f"COPY ({' UNION ALL '.join(parts)}) TO STDOUT (FORMAT binary)"
+    found = ReadModelValues()
+    for kind, i, indexes, values in _copy_rows(sql, params):
+        if kind == _PRESENT:
+            found.present[run_ids[i]] = indexes
+        elif kind == _VALUES and len(indexes):
+            found.values[cells[i]] = (indexes, values)
+        elif kind == _ERRORED:
+            found.errored[cells[i]] = indexes
+    return found
+
+
+def _copy_rows(sql: str, params: list):
+    """The rows of a binary COPY, parsed message by message: the server sends each row as one
+    message (the header comes with the first, the trailer alone), so no row spans two and only
+    one row's bytes are held at a time."""
+    with connection.cursor() as cursor:
+        # Logged like any other statement (query counts, the debug toolbar see it).
+        log = getattr(cursor, "debug_sql", None)
+        with log(sql, params) if log else nullcontext(), cursor.cursor.copy(sql, params) as copy:
+            for number, message in enumerate(copy):
+                pos = _HEADER if number == 0 else 0
+                if len(message) > pos and struct.unpack_from(">h", message, pos)[0] != -1:
+                    kind, i = struct.unpack_from(">ihih", message, pos + 2)[1::2]
+                    indexes, pos = _array(message, pos + 14, "index")
+                    values, _ = _array(message, pos, "value")
+                    yield kind, i, indexes, values
+
+
+def _array(data, pos: int, kind: str) -> tuple[np.ndarray, int]:
+    """One array field without NULL elements (or a NULL field: empty) as a native numpy array,
+    and where the next field starts."""
+    (length,) = _FIELD.unpack_from(data, pos)
+    pos += 4
+    native = _ELEMENTS[kind]["value"].newbyteorder("=")
+    if length < _ARRAY_HEADER:  # NULL (-1: array_agg of no rows), or no dimension
+        return np.empty(0, dtype=native), pos + max(length, 0)
+    count = (length - _ARRAY_HEADER) // _ELEMENTS[kind].itemsize
+    elements = np.frombuffer(data, dtype=_ELEMENTS[kind], count=count, offset=pos + _ARRAY_HEADER)
+    return elements["value"].astype(native), pos + length
+
+
+_VALUE = (
+    "CASE jsonb_typeof(a.outputs #> %s) WHEN 'number' THEN (a.outputs #>> %s)::float8 "
+    "WHEN 'boolean' THEN (a.outputs #>> %s)::boolean::int END"
+)
+
+
+def results_values(
+    run_id: int, columns: list[tuple[str, list[str]]]
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """For what the read model does not hold (cells that landed since its last refresh, a key
+    it has no row for): the run's (scenario id, index) pairs (with a testcase), and one row per
+    result of the columns' steps: scenario id, its step's position in ``steps`` + 1, whether it
+    errored, then each column's value dug out of its annotation (NaN without one).
+    ``columns``: (step key, path inside the outputs) each."""
+    steps = sorted({step for step, _ in columns})
+    selects, params = [], []
+    for step, path in columns:
+        selects.append(f"CASE WHEN r.step_key = %s THEN {_VALUE} END")
+        params += [step, path, path, path]
+    # Values are parameters; the only text spliced in is this module's own SQL.
+    sql = (
+        "SELECT r.scenario_id, array_position(%s::text[], r.step_key::text), "  # noqa: S608
+        f"(r.status = 'error')::int{''.join(', ' + c for c in selects)} "
+        "FROM runs_result r LEFT JOIN runs_annotation a ON a.id = r.annotation_id "
+        "WHERE r.run_id = %s AND r.step_key = ANY(%s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, index FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL",
+            [run_id],
+        )
+        scenarios = np.array(cursor.fetchall(), dtype=np.int64).reshape(-1, 2)
+        cursor.execute(sql, [steps, *params, run_id, steps])
+        rows = np.array(cursor.fetchall(), dtype=float).reshape(-1, 3 + len(columns))
+    return scenarios, rows, steps
+
+
+@dataclass
+class AlignedCells:
+    """What aligned rows show beside the values, for some runs' scenarios at some indexes."""
+
+    scenarios: dict[tuple[int, int], tuple[int, str, dict]]  # (run, index) -> id, status, inputs
+    errors: dict[tuple[int, str], dict]  # (scenario, step key) -> its repeat-0 cell's error
+    outputs: dict[tuple[int, str], Any]  # (scenario, step key) -> its trace's root outputs
+
+
+def aligned_cells(
+    run_ids: list[int], indexes: list[int], *, steps: list[str], outputs_steps: list[str]
+) -> AlignedCells:
+    """The scenarios (with a testcase) of these runs at these indexes with their status and
+    inputs, the errors of their repeat-0 cells of ``steps``, and the root outputs of the traces
+    of their ``outputs_steps`` cells: three queries for any number of runs and rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SCENARIOS_SQL, [run_ids, indexes])
+        scenarios = {
+            (run_id, index): (pk, status, orjson.loads(inputs))
+            for pk, run_id, index, status, inputs in cursor.fetchall()
+        }
+        ids = [s[0] for s in scenarios.values()]
+        cursor.execute(_CELLS_SQL, [outputs_steps, run_ids, ids, [*steps, *outputs_steps]])
+        cells = cursor.fetchall()
+    errors, traces = {}, {}
+    for scenario_id, step_key, error, trace_id, created_at, root in cells:
+        error = orjson.loads(error) if error is not None else None
+        if error:  # as the scenario table: an empty error is none
+            errors[(scenario_id, step_key)] = error
+        elif created_at is not None:
+            traces[(scenario_id, step_key)] = _TraceRef(trace_id, created_at, root)
+    roots = trace_roots(traces.values(), "outputs") if traces else {}
+    outputs = {key: roots.get(t.pk, {}).get("outputs") for key, t in traces.items()}
+    return AlignedCells(scenarios, errors, outputs)
+
+
+_SCENARIOS_SQL = (
+    "SELECT id, run_id, index, status, inputs FROM runs_scenario "
+    "WHERE run_id = ANY(%s) AND index = ANY(%s) AND testcase_id IS NOT NULL"
+)
+_CELLS_SQL = (
+    "SELECT r.scenario_id, r.step_key, r.error, r.trace_id, t.created_at, t.root_span_id "
+    "FROM runs_result r LEFT JOIN runs_trace t ON t.id = r.trace_id AND r.step_key = ANY(%s) "
+    "WHERE r.run_id = ANY(%s) AND r.scenario_id = ANY(%s) AND r.repeat_idx = 0 "
+    "AND r.step_key = ANY(%s)"
+)
+
+
+class _TraceRef(NamedTuple):
+    """What ``trace_roots`` reads of a trace (its spans' partition, its root), without building
+    a model instance per row."""
+
+    pk: int
+    created_at: datetime
+    root_span_id: str

@@ -1,0 +1,176 @@
+"""How a comparison reads its values: from the read model (ScenarioValue, one COPY for every
+run) when it holds the runs' cells, the same figures as digging them out of the results; from
+the results for what it does not hold; and a constant number of queries per page, however many
+scenarios the runs have."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from evaluators.services import evaluator_create
+from runs import compare
+from runs.applications import application_create
+from runs.engine import results_log, run_close, run_create_logged
+from runs.models import Application, Run, ScenarioValue
+from tests.runs.test_compare import JUDGE_SCHEMA, questions, scored_run, scores
+
+HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "compare-rows"}
+NAN = float("nan")
+
+
+@pytest.fixture
+def judge(project):
+    nullable = {**JUDGE_SCHEMA["properties"], "score": {"type": ["number", "null"]}}
+    schema = {**JUDGE_SCHEMA, "properties": nullable}
+    return evaluator_create(
+        project=project, kind="feedback", name="Judge", slug="judge", outputs_schema=schema
+    )
+
+
+def repeated_run(project, version, revision, name: str) -> Run:
+    """A closed logged run of 6 scenarios, with cells of two repeats: values to average, errors
+    beside values, an error alone, keys missing or null, and a scenario never judged."""
+    app = Application.objects.filter(project=project, slug="logged").first()
+    app = app or application_create(project=project, name="Logged", slug="logged", kind="logged")
+    run = run_create_logged(
+        project=project, name=name, testset_version=version, application=app, revisions=[revision]
+    )
+    steps = {s.type: s.key for s in run.steps.all()}
+    judged = {
+        0: [{"score": 0.2, "success": True}, {"score": 0.6, "success": False}],
+        1: ["timeout", {"score": 0.9, "success": True}],  # one repeat errored, one valued
+        2: ["timeout", "timeout"],  # errored, no value
+        3: [{"success": True}],  # no score at all: neither a value nor an error
+        4: [{"score": None, "success": False}],  # a JSON null is no value either
+    }
+    entries = []
+    for index in range(6):
+        entries.append({"scenario": index, "step_key": steps["input"]})
+        for repeat, cell in enumerate(judged.get(index, [])):
+            entries.append(
+                {
+                    "scenario": index,
+                    "step_key": steps["invocation"],
+                    "repeat_idx": repeat,
+                    "outputs": f"{name} answer {index}.{repeat}",
+                }
+            )
+            entry = {"scenario": index, "step_key": steps["annotation"], "repeat_idx": repeat}
+            if isinstance(cell, str):
+                entry["error"] = {"code": cell, "message": "no answer"}
+            else:
+                entry["outputs"] = cell
+            entries.append(entry)
+    results_log(run=run, entries=entries)
+    return run_close(run=run)
+
+
+def values_read(run: Run, comparison) -> tuple[compare.RunValues, list[str]]:
+    """The run's values, read afresh (the per-process cache cleared), and the statements."""
+    compare.values_cache_clear()
+    with CaptureQueriesContext(connection) as queries:
+        found = compare.run_values(run, comparison.metrics)
+    return found, [q["sql"] for q in queries.captured_queries]
+
+
+def assert_same(a: compare.RunValues, b: compare.RunValues) -> None:
+    assert np.array_equal(a.present, b.present) and a.binary == b.binary
+    assert a.values.keys() == b.values.keys() == a.errors.keys() == b.errors.keys()
+    for name in a.values:
+        assert np.array_equal(a.values[name], b.values[name], equal_nan=True), name
+        assert np.array_equal(a.errors[name], b.errors[name]), name
+
+
+def test_it_reads_the_same_values_from_the_read_model_as_from_the_results(project, judge):
+    version = questions(project, 6)
+    run = repeated_run(project, version, judge.head, "repeated")
+    other = repeated_run(project, version, judge.head, "other")
+    comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
+    from_read_model, statements = values_read(run, comparison)
+    assert any(sql.startswith("COPY (") for sql in statements)
+    assert not any("runs_annotation" in sql for sql in statements)
+
+    # The read model behind its run's last cell: the values come from the results.
+    Run.objects.filter(pk=run.pk).update(metrics_refreshed_at=None)
+    run.refresh_from_db()
+    from_results, statements = values_read(run, comparison)
+    assert not any(sql.startswith("COPY (") for sql in statements)
+    assert any("runs_annotation" in sql for sql in statements)
+
+    assert_same(from_read_model, from_results)
+    score, success = from_read_model.values["judge.score"], from_read_model.values["judge.success"]
+    np.testing.assert_allclose(score, [0.4, 0.9, NAN, NAN, NAN, NAN])
+    np.testing.assert_allclose(success, [0.5, 1.0, NAN, 1.0, 0.0, NAN])
+    assert from_read_model.errors["judge.score"].tolist() == [False, False, True] + [False] * 3
+    assert from_read_model.errors["judge.success"].tolist() == [False, False, True] + [False] * 3
+    assert from_read_model.present.all() and len(from_read_model.present) == 6
+
+
+def test_it_reads_a_key_the_read_model_has_no_row_of_from_the_results(project, judge):
+    version = questions(project, 6)
+    runs = [repeated_run(project, version, judge.head, name) for name in ("a", "b")]
+    comparison = compare.comparison_get(project=project, run_ids=[str(r.pk) for r in runs])
+    expected, _ = values_read(runs[0], comparison)
+    ScenarioValue.objects.filter(run=runs[0], key="score").delete()
+    found, statements = values_read(runs[0], comparison)
+    assert any(sql.startswith("COPY (") for sql in statements)  # success, from the read model
+    assert any("runs_annotation" in sql for sql in statements)  # score, from the results
+    assert_same(found, expected)
+
+
+def test_it_leaves_out_scenarios_without_a_testcase(project, judge):
+    version = questions(project, 3)
+    runs = [scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]), n) for n in "ab"]
+    extra = runs[0].scenarios.get(index=2)
+    extra.testcase = None  # as if added to a logged run beside its testset's rows
+    extra.save(update_fields=["testcase"])
+    values = compare.comparison_values(
+        compare.comparison_get(project=project, run_ids=[str(r.pk) for r in runs])
+    )
+    base = values[runs[0].pk]
+    assert base.present.tolist() == [True, True, False]
+    assert np.isnan(base.values["judge.score"][2]) and not base.errors["judge.score"][2]
+
+
+# --- query counts -----------------------------------------------------------------------------
+
+
+def pair_of(project, judge, n: int, slug: str) -> tuple[Run, Run]:
+    version = questions(project, n, slug)
+    values = [round(i / n, 3) for i in range(n)]
+    values[1] = "boom"  # an errored cell on every page
+    return tuple(
+        scored_run(project, version, judge.head, scores(values), f"{slug} {name}")
+        for name in ("base", "cand")
+    )
+
+
+def count_queries(get, url: str, **headers) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert get(url, **headers).status_code == 200
+    return len(queries.captured_queries)
+
+
+@pytest.mark.parametrize("cold", [True, False], ids=["cold", "cached"])
+def test_it_reads_3_and_30_scenarios_with_as_many_queries(
+    viewer_client, viewer_api, project, judge, cold
+):
+    counts = {}
+    for n in (3, 30):
+        base, cand = pair_of(project, judge, n, f"n{n}")
+        ids = f"runs={base.pk},{cand.pk}"
+        urls = {
+            "page": (viewer_client.get, f"/p/acme/runs/compare?{ids}", {}),
+            "rows": (viewer_client.get, f"/p/acme/runs/compare?{ids}&filter=changed", HTMX),
+            "api": (viewer_api.get, f"/api/v1/runs/compare?{ids}", {}),
+        }
+        for name, (get, url, headers) in urls.items():
+            get(url, **headers)  # sessions, permissions and the cache as a second view finds them
+            if cold:
+                compare.values_cache_clear()
+            counts[(name, n)] = count_queries(get, url, **headers)
+    for name in ("page", "rows", "api"):
+        assert counts[(name, 3)] == counts[(name, 30)], (name, counts)
