@@ -716,7 +716,8 @@ class ScenarioValue(models.Model):
     request. The scenario table sorts, filters and pages on it through one index, comparisons
     read both runs from it in one indexed scan, and run-wide metrics aggregate it."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    # The unique constraint leads with run: a second index on run alone would only be written.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
     scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="+")
     index = models.PositiveIntegerField(help_text="The scenario's index in its run.")
     step_key = models.CharField(max_length=200)
@@ -735,7 +736,6 @@ class ScenarioValue(models.Model):
             models.Index(
                 fields=["run", "step_key", "key", "value", "index"], name="scenariovalue_sort"
             ),
-            models.Index(fields=["scenario"], name="scenariovalue_scenario"),
         ]
 
     def __str__(self) -> str:

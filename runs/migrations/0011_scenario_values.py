@@ -49,7 +49,10 @@ class Migration(migrations.Migration):
                 (
                     "run",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="runs.run"
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="runs.run",
                     ),
                 ),
                 (
@@ -67,7 +70,6 @@ class Migration(migrations.Migration):
                         fields=["run", "step_key", "key", "value", "index"],
                         name="scenariovalue_sort",
                     ),
-                    models.Index(fields=["scenario"], name="scenariovalue_scenario"),
                 ],
                 "constraints": [
                     models.UniqueConstraint(
