@@ -16,7 +16,6 @@ from evalsite.celery import app as celery_app
 from evalsite.redis_client import client as redis_client
 from evalsite.redis_client import site_key
 from runs import conf
-from runs.models import AnnotationQueue, OnlineRule, RuleTarget
 
 logger = logging.getLogger(__name__)
 _IMPORTING = threading.Lock()
@@ -124,22 +123,13 @@ def runs_mappings_refresh(run_ids: list[int]) -> None:
 
 
 def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
-    """After an ingest commits: when the project has an active rule (one small query), match
-    these traces a few seconds later. Never fails the ingest (a missed trace can be
-    backfilled)."""
+    """After an ingest commits: match these traces a few seconds later. The ingest calls this
+    only when the project has an active trace rule or an annotation queue's feed (it asks in
+    its own first statement). Never fails the ingest (a missed trace can be backfilled)."""
     if not trace_ids:
         return
 
     def queue() -> None:
-        if not (
-            OnlineRule.objects.filter(
-                project_id=project_id, active=True, target=RuleTarget.TRACE
-            ).exists()
-            or AnnotationQueue.objects.filter(
-                project_id=project_id, archived=False, trace_filter__isnull=False
-            ).exists()
-        ):
-            return
         try:
             send_now(
                 "runs.tasks.ingest_online_dispatch",

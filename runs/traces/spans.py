@@ -302,27 +302,30 @@ def _row(span: SpanIn, max_bytes: int) -> SpanRow:
 
 
 def _attributes(span: SpanIn, max_bytes: int) -> dict[str, Any]:
-    other = dict(span.attributes)
-    ag = dict(other.pop("ag", None) or {})
-    data, meta = dict(ag.pop("data", None) or {}), dict(ag.pop("meta", None) or {})
-    given = dict(ag.pop("metrics", None) or {})
-    for field, (value_key, mime_key) in DATA_ATTRIBUTES.items():
-        if value_key in other:
-            value, mime = other.pop(value_key), other.pop(mime_key, "")
-            data.setdefault(field, _decode_text(value, mime))
-    if "model" not in meta and (model := _first(other, MODEL_ATTRIBUTES)) is not None:
-        meta["model"] = model
-    if "system" not in meta and (system := _first(other, SYSTEM_ATTRIBUTES)) is not None:
-        meta["system"] = system
+    # The dicts pydantic made for this span are its own: changed in place, not copied. A span
+    # with no attribute besides "ag" (most native ones) has nothing to map.
+    other = span.attributes
+    ag = other.pop("ag", None) or {}
+    data, meta = ag.pop("data", None) or {}, ag.pop("meta", None) or {}
+    given = ag.pop("metrics", None) or {}
+    unit = given.pop("unit", None) or {}
+    if other:
+        for field, (value_key, mime_key) in DATA_ATTRIBUTES.items():
+            if value_key in other:
+                value, mime = other.pop(value_key), other.pop(mime_key, "")
+                data.setdefault(field, _decode_text(value, mime))
+        if "model" not in meta and (model := _first(other, MODEL_ATTRIBUTES)) is not None:
+            meta["model"] = model
+        if "system" not in meta and (system := _first(other, SYSTEM_ATTRIBUTES)) is not None:
+            meta["system"] = system
     if "session_id" not in meta and (
-        session := span.session_id or _first(other, SESSION_ATTRIBUTES)
+        session := span.session_id or (other and _first(other, SESSION_ATTRIBUTES))
     ):
         meta["session_id"] = str(session)[:200]
-    unit = {group: dict(values) for group, values in given.pop("unit", {}).items()}
-    if "total" not in unit.get("duration", {}) and span.end_time is not None:
+    if span.end_time is not None and "total" not in unit.get("duration", {}):
         unit.setdefault("duration", {})["total"] = ms_between(span.end_time - span.start_time)
     for group, names in (("tokens", TOKEN_ATTRIBUTES), ("costs", COST_ATTRIBUTES)):
-        values = unit.get(group) or _semconv_numbers(other, names)
+        values = unit.get(group) or (other and _semconv_numbers(other, names))
         if values:
             unit[group] = _with_total(values)
     given.pop("acc", None)

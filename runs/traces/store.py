@@ -8,9 +8,10 @@ import hashlib
 import secrets
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from django.db import connection, transaction
@@ -20,9 +21,9 @@ from evalsite.errors import InvalidInput
 from evalsite.models import Project
 from runs import queue
 from runs.bulk import copy_insert, copy_rows
-from runs.models import Span, Trace
+from runs.models import RuleTarget, Span, Trace
 from runs.traces.otlp import otlp_spans
-from runs.traces.sessions import sessions_refresh
+from runs.traces.sessions import prepared_cursor, sessions_refresh
 from runs.traces.spans import SpanRow, json_bytes, span_rows, spans_flatten
 from runs.traces.tree import SUMMARY_FIELDS, acc_accumulate, span_tree, trace_summarise
 
@@ -45,47 +46,167 @@ ON CONFLICT (trace_id, span_id, trace_time) DO UPDATE SET
 """
 
 
-def _store(
-    project: Project, rows: list[SpanRow], source: str, *, fresh: bool = False
-) -> list[Trace]:
-    """Write the spans, then recompute acc and the summary of every touched trace.
+def _store(project: Project, rows: list[SpanRow], source: str) -> tuple[list[Trace], bool]:
+    """Write the spans, then recompute acc and the summary of every touched trace. Returns the
+    traces (first-seen order) and whether something watches the project's new traces (an active
+    online rule or an annotation queue's feed).
 
-    ``fresh`` promises that the traces are new (generated ids): nothing to lock or read. A trace
-    none of whose spans changed (the same batch sent again) is not written at all.
+    Every trace is first taken for new and inserted by one statement that leaves stored ones
+    alone: most requests bring new traces only, and pay neither a lock nor a read. The traces
+    that were stored already are then locked, read and merged. A trace none of whose spans
+    changed (the same batch sent again) is not written at all.
     """
     incoming: dict[str, dict[str, SpanRow]] = {}
     for row in rows:
         incoming.setdefault(row.trace_id, {})[row.span_id] = row
-    stored = {} if fresh else _lock_and_load(project, list(incoming))
-    traces, changed, added, rewritten, sessions = [], [], [], [], set()
-    for trace_id, new_spans in incoming.items():
-        trace, old_spans = stored.get(trace_id) or (None, {})
-        trace = trace or Trace(project=project, trace_id=trace_id, source=source)
-        trace.spans_received = len(new_spans)
+    new_trace = _trace_maker(project, source)
+    traces = []
+    for trace_id, spans in incoming.items():
+        trace = new_trace(trace_id)
+        walked = span_tree(spans.values())
+        acc_accumulate(walked)
+        trace_summarise(trace, walked)
         traces.append(trace)
+    watched = _traces_insert(project, traces)
+    added = [(trace, list(incoming[trace.trace_id].values())) for trace in traces if trace.pk]
+    sessions = {trace.session_id for trace, _ in added}
+    stored = {t.trace_id: t for t in traces if t.pk is None}
+    if stored:
+        merged = _merge(project, stored, {trace_id: incoming[trace_id] for trace_id in stored})
+        changed = [m for m in merged if m.new or m.again]
+        sessions.update(session for m in changed for session in (m.session, m.trace.session_id))
+        _traces_upsert([m.trace for m in changed])
+        added += [(m.trace, m.new) for m in changed]
+        _spans_upsert(project, [(m.trace, m.again) for m in changed])
+        by_id = {m.trace.trace_id: m.trace for m in merged}
+        traces = [by_id[trace.trace_id] if trace.pk is None else trace for trace in traces]
+    for trace in traces:
+        trace.spans_received = len(incoming[trace.trace_id])
+    _spans_add(project, added)
+    sessions_refresh(project.pk, sessions)
+    return traces, watched
+
+
+class _Merged(NamedTuple):
+    trace: Trace
+    new: list[SpanRow]  # not stored yet
+    again: list[SpanRow]  # stored, and changed: sent again so, or an acc its descendants moved
+    session: str  # the one it had: a trace may move to another, and both change
+
+
+def _merge(
+    project: Project, unsaved: dict[str, Trace], incoming: dict[str, dict[str, SpanRow]]
+) -> list[_Merged]:
+    """Traces stored already and the spans sent for them, merged under their locks (each
+    trace's summary recomputed when something changed). A trace deleted meanwhile is stored
+    anew."""
+    stored = _lock_and_load(project, list(incoming))
+    merged = []
+    for trace_id, new_spans in incoming.items():
+        trace, old_spans = stored.get(trace_id) or (unsaved[trace_id], {})
+        session = trace.session_id if trace.pk else ""
         before = {sid: span.attributes["ag"]["metrics"]["acc"] for sid, span in old_spans.items()}
-        merged = {**old_spans, **new_spans}
-        walked = span_tree(merged.values())
+        merged_spans = {**old_spans, **new_spans}
+        walked = span_tree(merged_spans.values())
         acc_accumulate(walked)
         new = [span for sid, span in new_spans.items() if sid not in old_spans]
         again = [
             span
-            for sid, span in merged.items()
+            for sid, span in merged_spans.items()
             if sid in old_spans
             and (span != old_spans[sid] or span.attributes["ag"]["metrics"]["acc"] != before[sid])
         ]
-        if trace.pk is None or new or again:
-            sessions.add(trace.session_id)
+        if new or again:
             trace_summarise(trace, walked)
-            sessions.add(trace.session_id)
-            changed.append(trace)
-            added.append((trace, new))
-            rewritten.append((trace, again))
-    _traces_upsert(changed)
-    _spans_add(project, added)
-    _spans_upsert(project, rewritten)
-    sessions_refresh(project.pk, sessions)
-    return traces
+        merged.append(_Merged(trace, new, again, session))
+    return merged
+
+
+def _trace_maker(project: Project, source: str) -> Callable[[str], Trace]:
+    """Makes the request's new (unsaved) traces: ``Trace(...)`` sets every field through its
+    descriptors, four times the cost of ``from_db`` with the defaults worked out once."""
+    fields = Trace._meta.concrete_fields
+    names = [field.attname for field in fields]
+    defaults = {field.attname: field.get_default() for field in fields}
+    defaults |= {"id": None, "project_id": project.pk, "source": source}
+    at = names.index("trace_id")
+    values = [defaults[name] for name in names]
+    cache_project = Trace._meta.get_field("project").set_cached_value
+
+    def make(trace_id: str) -> Trace:
+        values[at] = trace_id
+        trace = Trace.from_db(connection.alias, names, values)
+        trace._state.adding = True
+        cache_project(trace, project)
+        return trace
+
+    return make
+
+
+# Whether anything evaluates or queues new traces of the project: asked in the ingest's first
+# statement (two index lookups) instead of in two queries of their own after the commit.
+# runs.queue.online_dispatch is called only then.
+WATCHED_SQL = """
+EXISTS (SELECT 1 FROM runs_onlinerule
+        WHERE project_id = %(project)s AND active AND target = %(trace)s)
+OR EXISTS (SELECT 1 FROM runs_annotationqueue
+           WHERE project_id = %(project)s AND NOT archived AND trace_filter IS NOT NULL)
+"""
+
+
+def _traces_insert(project: Project, traces: list[Trace]) -> bool:
+    """Insert the traces not stored yet, setting their primary keys (in the order sent); the
+    others keep none. In the same statement: whether the project's new traces are watched
+    (``WATCHED_SQL``).
+
+    Rows go in trace id order: two requests inserting the same new traces wait for each other
+    at the first one, never in a circle."""
+    params = {
+        "traces": orjson.dumps(_trace_document(traces)).decode(),
+        "project": project.pk,
+        "trace": RuleTarget.TRACE.value,
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_trace_insert_sql(), params)
+        rows = cursor.fetchall()
+    inserted = {trace_id: (pk, created) for _, pk, trace_id, created in rows if pk is not None}
+    for trace in traces:
+        if trace.trace_id in inserted:
+            trace.pk, trace.created_at = inserted[trace.trace_id]
+            trace._state.adding = False
+    return rows[0][0]
+
+
+def _trace_document(traces: list[Trace]) -> list[dict[str, Any]]:
+    # Its fields hold plain values (text, numbers, aware datetimes): JSON as they are.
+    fields = [(f.column, f.attname) for f in Trace._meta.concrete_fields if not f.primary_key]
+    return [{column: getattr(trace, name) for column, name in fields} for trace in traces]
+
+
+@cache
+def _trace_insert_sql() -> str:
+    # Ids are drawn in the request's order (a CTE calling nextval is not inlined: it runs
+    # first, over the rows as sent), so the newest-first lists keep the order traces came in.
+    columns, record = _trace_columns()
+    table = Trace._meta.db_table
+    return (
+        f"WITH watched AS (SELECT {WATCHED_SQL} AS watched), "  # noqa: S608 (no values)
+        f"arrived AS (SELECT nextval(pg_get_serial_sequence('{table}', 'id')) AS id, * "
+        f"FROM jsonb_to_recordset(%(traces)s::jsonb) AS r({record})), "
+        f"inserted AS (INSERT INTO {table} (id, {columns}) SELECT id, {columns} "
+        "FROM arrived ORDER BY trace_id "
+        "ON CONFLICT (project_id, trace_id) DO NOTHING RETURNING id, trace_id, created_at) "
+        "SELECT watched, id, trace_id, created_at FROM watched LEFT JOIN inserted ON true"
+    )
+
+
+def _trace_columns() -> tuple[str, str]:
+    # Built from the model, so a field added to Trace is written without touching this.
+    quote = connection.ops.quote_name
+    fields = [f for f in Trace._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(quote(f.column) for f in fields)
+    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
+    return columns, record
 
 
 def _traces_upsert(traces: list[Trace]) -> None:
@@ -93,11 +214,9 @@ def _traces_upsert(traces: list[Trace]) -> None:
     primary keys. ``bulk_create(update_conflicts=True)`` does the same at ten times the cost."""
     if not traces:
         return
-    # Its fields hold plain values (text, numbers, aware datetimes): JSON as they are.
-    fields = [(f.column, f.attname) for f in Trace._meta.concrete_fields if not f.primary_key]
-    document = [{column: getattr(trace, name) for column, name in fields} for trace in traces]
-    with connection.cursor() as cursor:
-        cursor.execute(_trace_upsert_sql(), [orjson.dumps(document).decode()])
+    document = orjson.dumps(_trace_document(traces)).decode()
+    with prepared_cursor() as cursor:
+        cursor.execute(_trace_upsert_sql(), [document])
         stored = {trace_id: (pk, created) for pk, trace_id, created in cursor.fetchall()}
     for trace in traces:
         # A trace someone stored meanwhile without the lock keeps its arrival time, which
@@ -107,11 +226,8 @@ def _traces_upsert(traces: list[Trace]) -> None:
 
 @cache
 def _trace_upsert_sql() -> str:
-    # Built from the model, so a field added to Trace is written without touching this.
     quote = connection.ops.quote_name
-    fields = [f for f in Trace._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(quote(f.column) for f in fields)
-    record = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
+    columns, record = _trace_columns()
     updated = [Trace._meta.get_field(name).column for name in SUMMARY_FIELDS]
     sets = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in updated)
     table = quote(Trace._meta.db_table)
@@ -130,18 +246,20 @@ SPAN_COLUMNS = (
 
 
 def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> None:
-    """Spans not stored yet, by COPY (a third of an INSERT's cost to PostgreSQL). Every writer
-    of an existing trace's spans holds its lock and has read them, so these cannot collide."""
+    """Spans not stored yet, by COPY (a third of an INSERT's cost to PostgreSQL). A new trace's
+    spans are written by the request that inserted it (another one inserting it waits for its
+    commit), a stored trace's by the holder of its lock, who has read them: none can collide."""
     if not any(rows for _, rows in spans):
         return
     sql = f"COPY runs_span ({', '.join(SPAN_COLUMNS)}) FROM STDIN"
+    project_pk = project.pk
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
         for trace, rows in spans:
-            trace_pk = trace.pk
+            trace_pk, arrived = trace.pk, trace.created_at
             for span in rows:
                 copy.write_row(
                     (
-                        project.pk,
+                        project_pk,
                         trace_pk,
                         span.span_id,
                         span.parent_id,
@@ -153,7 +271,7 @@ def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> No
                         span.status_message,
                         json_bytes(span.attributes).decode(),
                         # The partition key: the trace's arrival, the same for all its spans.
-                        trace.created_at,
+                        arrived,
                     )
                 )
 
@@ -180,7 +298,7 @@ def _spans_upsert(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) ->
         for trace, rows in spans
         for span in rows
     ]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(SPAN_UPSERT, [project.pk, json_bytes(document).decode()])
 
 
@@ -201,14 +319,16 @@ def _lock_and_load(
     # transaction-scoped lock per trace makes each recompute see the spans committed before it;
     # keys are taken in sorted order so two requests never wait on each other in a circle.
     keys = sorted({_lock_key(project.pk, trace_id) for trace_id in trace_ids})
-    with connection.cursor() as cursor:
+    names = [field.attname for field in Trace._meta.concrete_fields]
+    with prepared_cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k", [keys])
-    # Raw SQL: the ORM takes longer to compile this than PostgreSQL takes to answer it.
-    found = Trace.objects.raw(
-        "SELECT * FROM runs_trace WHERE project_id = %s AND trace_id = ANY(%s)",
-        [project.pk, trace_ids],
-    )
-    traces = {t.pk: t for t in found}
+        # Raw SQL: the ORM takes longer to compile this than PostgreSQL takes to answer it.
+        cursor.execute(
+            f"SELECT {', '.join(names)} FROM runs_trace "  # noqa: S608 (the model's columns)
+            "WHERE project_id = %s AND trace_id = ANY(%s)",
+            [project.pk, trace_ids],
+        )
+        traces = {row[0]: Trace.from_db(connection.alias, names, row) for row in cursor}
     if not traces:
         return {}
     spans: dict[int, dict[str, SpanRow]] = defaultdict(dict)
@@ -250,9 +370,16 @@ def trace_ingest(*, project: Project, spans: list[dict], source: str = "api") ->
     if not isinstance(spans, list):
         raise InvalidInput({"spans": ["must be a list of spans or traces"]})
     rows = span_rows(list(spans_flatten(spans)))
+    return _ingest(project, rows, source)
+
+
+def _ingest(project: Project, rows: list[SpanRow], source: str) -> list[Trace]:
+    if not rows:
+        return []
     with transaction.atomic():
-        traces = _store(project, rows, source) if rows else []
-    queue.online_dispatch(project.pk, [trace.pk for trace in traces if trace.pk])
+        traces, watched = _store(project, rows, source)
+    if watched:
+        queue.online_dispatch(project.pk, [trace.pk for trace in traces])
     return traces
 
 
@@ -262,11 +389,7 @@ def otlp_ingest(*, project: Project, body: bytes, content_type: str) -> list[Tra
     GenAI and OpenInference attributes map into ``ag`` (docs/traces.md has the table); every
     other attribute is kept verbatim. Raises ``InvalidInput`` for a malformed body.
     """
-    rows = span_rows(otlp_spans(body, content_type))
-    with transaction.atomic():
-        traces = _store(project, rows, "otlp") if rows else []
-    queue.online_dispatch(project.pk, [trace.pk for trace in traces if trace.pk])
-    return traces
+    return _ingest(project, span_rows(otlp_spans(body, content_type)), "otlp")
 
 
 def trace_record(
@@ -321,7 +444,7 @@ def trace_record(
     }
     rows = span_rows([("span", root), *_child_spans(trace_id, root_id, children or [])])
     with transaction.atomic(savepoint=False):
-        return _store(project, rows, source, fresh=True)[0]
+        return _store(project, rows, source)[0][0]
 
 
 def _child_spans(trace_id: str, root_id: str, children: list[dict]) -> list[tuple[str, Any]]:

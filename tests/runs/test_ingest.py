@@ -1,8 +1,11 @@
 """Native trace ingestion, the tree and its metrics, trace_dict and trace_record."""
 
 import copy
+import threading
+import time
 
 import pytest
+from django.db import connection, transaction
 
 from evalsite.errors import InvalidInput
 from evaluators.samples import SAMPLE_TRACE
@@ -268,6 +271,45 @@ def test_it_ingests_a_batch_with_a_fixed_number_of_queries(project, django_asser
     assert len(traces) == 20 and Span.objects.count() == 100
 
 
+def test_it_stores_new_traces_with_one_statement_and_the_copy(project, django_assert_num_queries):
+    batch = [{**span(f"s{t}"), "trace_id": f"{t:032x}"} for t in range(10)]
+    # The traces' INSERT (which also asks whether the project's traces are watched), between
+    # the savepoint's two statements; no lock and no read for traces nobody stored yet. The
+    # spans go in by COPY, which Django's query log does not count.
+    with django_assert_num_queries(3) as queries:
+        traces = trace_ingest(project=project, spans=batch)
+    [insert] = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert insert.startswith("WITH watched") and "pg_advisory_xact_lock" not in insert
+    assert len(traces) == 10 and Span.objects.count() == 10
+
+
+def test_it_numbers_new_traces_in_the_order_they_came(project):
+    # Inserted in trace id order (no two requests wait on each other in a circle), numbered in
+    # the request's: newest-first lists keep the order of arrival.
+    ids = ["f" * 32, "a" * 32, "c" * 32]
+    traces = trace_ingest(project=project, spans=[{**span("r"), "trace_id": t} for t in ids])
+    assert [t.trace_id for t in traces] == ids
+    assert [t.trace_id for t in Trace.objects.order_by("pk")] == ids
+
+
+def test_it_locks_and_merges_only_the_traces_stored_already(project, django_assert_num_queries):
+    trace_ingest(project=project, spans=[span("root", end="10:00:05")])
+    other = "0" * 31 + "1"
+    batch = [llm("chat", "root", 10, 5), {**span("solo"), "trace_id": other}]
+    with django_assert_num_queries(8) as queries:
+        traces = trace_ingest(project=project, spans=batch)
+    statements = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    # The insert; the lock, the read of the stored trace and of its spans; its summary's upsert
+    # and its root's (whose acc the new child changed).
+    assert len(statements) == 6
+    assert sum("pg_advisory_xact_lock" in sql for sql in statements) == 1
+    assert [trace.trace_id for trace in traces] == [T, other]
+    stored = Trace.objects.get(trace_id=T)
+    assert (stored.span_count, stored.tokens, stored.pk) == (2, 15, traces[0].pk)
+    assert metrics(trace_dict(stored), "root")["acc"]["tokens"]["total"] == 15
+    assert Trace.objects.get(trace_id=other).span_count == 1
+
+
 def test_it_records_an_invocation_without_reading(project, django_assert_num_queries):
     # The trace's INSERT; its spans go in by COPY, which Django's query log does not count.
     with django_assert_num_queries(1):
@@ -347,3 +389,48 @@ def test_it_stores_every_span_once_however_often_batches_are_resent(api, project
         assert response.status_code == 200 and response.json()["spans"] == len(batch)
 
     assert stored_rows(project) == (spans, traces)  # same rows, ids, acc, summaries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_bringing_one_new_trace_at_once_store_it_once_and_whole(project):
+    """The second waits at the insert for the first to commit, then merges into what it
+    stored: every span once, the tree and its sums over both requests."""
+    errors = []
+
+    def second() -> None:
+        try:
+            trace_ingest(project=project, spans=[llm("chat", "root", 10, 5)])
+        except Exception as exc:  # the assertion below names it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        trace_ingest(project=project, spans=[span("root", end="10:00:05")])
+        thread = threading.Thread(target=second)
+        thread.start()
+        _wait_for_a_lock_wait()
+    thread.join(30)
+    assert not thread.is_alive() and not errors
+    trace = Trace.objects.get()
+    assert (trace.span_count, trace.tokens, trace.root_span_id) == (2, 15, "root")
+    assert Span.objects.count() == 2
+    assert metrics(trace_dict(trace), "root")["acc"]["tokens"]["total"] == 15
+
+
+def _wait_for_a_lock_wait(seconds: float = 30) -> None:
+    """Until another connection of this database waits on a lock (the second request at the
+    insert of the trace this transaction inserted)."""
+    deadline = time.monotonic() + seconds
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # Inside a transaction the activity view is read once, unless cleared.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the second request never waited for the first")
