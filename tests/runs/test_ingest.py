@@ -434,3 +434,13 @@ def _wait_for_a_lock_wait(seconds: float = 30) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError("the second request never waited for the first")
+
+
+def test_deleting_a_project_deletes_its_spans_without_a_database_key(project, other_project):
+    # Spans hold no database foreign key to their project (migration 0012): the cascade is
+    # Django's, through the project_id index, and leaves other projects' spans alone.
+    trace_ingest(project=project, spans=[span("root"), span("child", "root")])
+    trace_ingest(project=other_project, spans=[span("root", name="theirs")])
+    project.delete()
+    assert not Span.objects.filter(project_id=project.pk).exists()
+    assert Span.objects.filter(project=other_project).count() == 1
