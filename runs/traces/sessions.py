@@ -60,6 +60,12 @@ TEXT_KEYS = (
 )  # fmt: skip
 
 
+LOCK_SQL = """
+SELECT count(pg_advisory_xact_lock(hashtextextended(%s::text || ':' || u.id, 1397052243)))
+FROM (SELECT id FROM unnest(%s::text[]) AS id ORDER BY id) u
+"""
+
+
 def sessions_refresh(project_id: int, session_ids: Iterable[str], *, touch: bool = True) -> None:
     """Recompute the named sessions of a project from their traces (one statement).
 
@@ -68,6 +74,11 @@ def sessions_refresh(project_id: int, session_ids: Iterable[str], *, touch: bool
     ids = sorted({sid for sid in session_ids if sid})
     if ids:
         with prepared_cursor() as cursor:
+            # Two ingests into one session would each count the traces they see, and the second
+            # to commit would overwrite the first's turn. A lock per session, held to commit and
+            # taken in one order, makes the second wait; its refresh statement then starts after
+            # the first's commit and counts both.
+            cursor.execute(LOCK_SQL, [project_id, ids])
             cursor.execute(REFRESH_SQL, [project_id, ids, touch])
 
 

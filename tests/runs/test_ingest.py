@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from evalsite.errors import InvalidInput
 from evaluators.samples import SAMPLE_TRACE
-from runs.models import Span, Trace
+from runs.models import Session, Span, Trace
 from runs.traces import TooLarge, trace_dict, trace_ingest, trace_record
 
 T = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -444,3 +444,30 @@ def test_deleting_a_project_deletes_its_spans_without_a_database_key(project, ot
     project.delete()
     assert not Span.objects.filter(project_id=project.pk).exists()
     assert Span.objects.filter(project=other_project).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_ingests_into_one_session_at_once_count_both_turns(project):
+    """Without a lock per session the second ingest would count only the turns it saw and,
+    committing last, overwrite the first's: the session would hold one turn."""
+    errors = []
+
+    def turn(trace_id: str) -> list[dict]:
+        return [{**span("root"), "trace_id": trace_id, "session_id": "chat-1"}]
+
+    def second() -> None:
+        try:
+            trace_ingest(project=project, spans=turn("b" * 32))
+        except Exception as exc:  # the assertion below names it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        trace_ingest(project=project, spans=turn("a" * 32))
+        thread = threading.Thread(target=second)
+        thread.start()
+        _wait_for_a_lock_wait()
+    thread.join(30)
+    assert not thread.is_alive() and not errors
+    assert Session.objects.get(project=project, session_id="chat-1").trace_count == 2
