@@ -21,6 +21,7 @@ from runs.models import (
     RunMetrics,
     RunStep,
     Scenario,
+    ScenarioValue,
     Session,
     SessionRuleState,
     Span,
@@ -364,6 +365,16 @@ class RunMetricsAdmin(ReadOnlyAdmin):
     @admin.display(description="Statistics")
     def data_pretty(self, obj):
         return pretty_json(obj.data)
+
+
+@admin.register(ScenarioValue)
+class ScenarioValueAdmin(ReadOnlyAdmin):
+    """The read model, to look at: rewritten by every per-scenario refresh, never by hand."""
+
+    list_display = ["run", "index", "step_key", "key", "value", "errors"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run", "scenario"]
+    show_full_result_count = False  # millions of rows: no count(*) per page
 
 
 class OnlineRuleAdminForm(forms.ModelForm):
