@@ -356,6 +356,16 @@ class Run(models.Model):
         return self.status in ACTIVE_RUN_STATUSES
 
     @property
+    def read_model_current(self) -> bool:
+        """Its read model (``ScenarioValue``, ``RunMetrics``) was refreshed since its last cell
+        landed: every refresh (debounced after cells land, at a run's end, after a schema
+        backfill) ends with the run-wide one, which stamps ``metrics_refreshed_at``."""
+        refreshed = self.metrics_refreshed_at
+        return refreshed is not None and (
+            self.progressed_at is None or self.progressed_at <= refreshed
+        )
+
+    @property
     def spend_cap_usd(self) -> float | None:
         """The binding spend cap of the run's judge calls: the lower of its own and its
         project's cap per run (None: no cap). Checked up front and kept while it runs."""
@@ -713,7 +723,8 @@ class RunMetrics(models.Model):
 
 class ScenarioValue(models.Model):
     """The read model of a run's per-scenario metric values: one row per scenario, annotation
-    step and numeric or boolean metric key, holding the mean over the scenario's repeats of its
+    step and numeric or boolean metric key, and one per scenario and invocation step's
+    ``duration``, ``tokens`` and ``costs``, holding the mean over the scenario's repeats of its
     successful cells (a boolean as its rate) and how many of its cells errored.
 
     Written with the per-scenario statistics (``metrics.scenarios_refresh``), never by a

@@ -3,6 +3,8 @@ clients, metrics, and annotations."""
 
 from __future__ import annotations
 
+import math
+
 from django.http import Http404
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -11,9 +13,11 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from evalsite.api import ERROR_RESPONSES
+from evalsite.errors import InvalidInput
 from evalsite.rest import CursorPagination
 from runs import annotations as annotation_services
 from runs import engine, selectors
+from runs.api.compare import TABLE_FILTERS
 from runs.api.runs import RUN_ID, TAGS, run_or_404, whole_param
 from runs.models import Annotation, Result, RunMetrics
 
@@ -124,12 +128,28 @@ METRICS_SHAPE = inline_serializer(
 @extend_schema(
     methods=["GET"],
     tags=TAGS,
-    parameters=[RUN_ID, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+    parameters=[
+        RUN_ID,
+        OpenApiParameter("limit", int, description="Rows a page (50; at most 500)."),
+        OpenApiParameter(
+            "cursor", str, description="Where a page starts: take it from `next` or `previous`."
+        ),
+        OpenApiParameter(
+            "offset", int, description="Rows to skip instead of a cursor (cost grows with it)."
+        ),
+        *TABLE_FILTERS,
+    ],
     responses={
         200: inline_serializer(
             "ScenarioRows",
             {
-                "count": serializers.IntegerField(),
+                "count": serializers.IntegerField(help_text="Scenarios the filters keep."),
+                "next": serializers.URLField(
+                    allow_null=True, help_text="The next page (a cursor link), or null."
+                ),
+                "previous": serializers.URLField(
+                    allow_null=True, help_text="The page before, or null."
+                ),
                 "columns": serializers.JSONField(),
                 "rows": serializers.JSONField(),
             },
@@ -152,7 +172,8 @@ METRICS_SHAPE = inline_serializer(
 @api_view(["GET", "POST"])
 def run_scenarios(request, run_id):
     """GET: the scenario table, each row's values read through the run's mappings (errors as
-    errors, never values). POST: add scenarios to an SDK-style run."""
+    errors, never values), sorted and filtered as on the run page, a page at a time: follow
+    `next` (a cursor: each page costs its own rows). POST: add scenarios to an SDK-style run."""
     run = run_or_404(request, run_id)
     if request.method == "POST":
         body = ScenariosAddSerializer(data=request.data)
@@ -161,11 +182,18 @@ def run_scenarios(request, run_id):
         return Response({"indexes": [s.index for s in added]}, status=status.HTTP_201_CREATED)
     limit = min(whole_param(request, "limit", 50), 500) or 50
     offset = whole_param(request, "offset", 0)
-    scenarios = list(run.scenarios.order_by("index")[offset : offset + limit])
-    rows = selectors.scenario_rows(run, scenarios)
+    params = request.query_params
+    _numbers_check(params)
+    cursor = selectors.Cursor.decode(params["cursor"]) if params.get("cursor") else None
+    page = selectors.table_page(
+        run, selectors.TableQuery.from_params(params), cursor=cursor, offset=offset, limit=limit
+    )
+    rows = selectors.scenario_rows(run, page.scenarios)
     return Response(
         {
-            "count": run.scenario_count,
+            "count": page.total,
+            "next": _page_url(request, page.next, limit),
+            "previous": _page_url(request, page.previous, limit),
             "columns": run.mappings,
             "rows": [
                 {
@@ -178,6 +206,31 @@ def run_scenarios(request, run_id):
             ],
         }
     )
+
+
+def _numbers_check(params) -> None:
+    """A range bound the table would pass over is the caller's mistake: name it."""
+    for name in ("low", "high"):
+        try:
+            ok = params.get(name, "") == "" or math.isfinite(float(params[name]))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InvalidInput({name: ["must be a number"]})
+
+
+def _page_url(request, cursor: selectors.Cursor | None, limit: int) -> str | None:
+    """The link to the page at ``cursor``: the request's own with the cursor in place of any
+    offset; back to the first page without one."""
+    if cursor is None:
+        return None
+    params = request.query_params.copy()
+    params.pop("offset", None)
+    params.pop("cursor", None)
+    if not (cursor.before and cursor.rank <= limit):
+        params["cursor"] = cursor.encode()
+    query = params.urlencode()
+    return request.build_absolute_uri(request.path + (f"?{query}" if query else ""))
 
 
 @extend_schema(

@@ -294,7 +294,7 @@ def runs_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int, RunVa
         if cached is not None:
             found[run.pk] = cached
         else:
-            (current if _read_model_current(run) else stale).append(run)
+            (current if run.read_model_current else stale).append(run)
     if current:
         found |= _read_model_values(current, metrics)
     for run in stale:
@@ -309,13 +309,6 @@ def _cache_key(run: Run, metrics: list[SharedMetric]) -> tuple[tuple, tuple]:
     key = (run.pk, tuple((m.name, m.steps[run.pk], tuple(m.paths[run.pk])) for m in metrics))
     stamp = (run.status, run.progressed_at, run.finished_at, run.repeats, run.metrics_refreshed_at)
     return key, stamp
-
-
-def _read_model_current(run: Run) -> bool:
-    """Refreshed since its last cell landed: every refresh (debounced after cells land, at a
-    run's end, after a schema backfill) ends with the run-wide one, which stamps the run."""
-    refreshed = run.metrics_refreshed_at
-    return refreshed is not None and (run.progressed_at is None or run.progressed_at <= refreshed)
 
 
 def _read_model_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int, RunValues]:

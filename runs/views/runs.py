@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.urls import path
+from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
 from evalsite import jsonsafe
@@ -19,7 +19,7 @@ from evalsite.views import project_view
 from evaluators.models import Evaluator
 from runs import engine, metrics, review, selectors
 from runs.applications import application_create
-from runs.models import Application, Run, RunMetrics, RunStatus, Testset
+from runs.models import Application, Run, RunStatus, Testset
 from runs.views.reliability import corrected_for
 
 # --- list -------------------------------------------------------------------------------------
@@ -207,8 +207,8 @@ def _form_errors(form, exc: InvalidInput) -> None:
 # --- the run page -------------------------------------------------------------------------------
 
 
-def _run_or_404(project, run_id) -> Run:
-    run = selectors.run_get(project=project, run_id=run_id)
+def _run_or_404(project, run_id, *, with_metrics: bool = False) -> Run:
+    run = selectors.run_get(project=project, run_id=run_id, with_metrics=with_metrics)
     if run is None:
         raise Http404("No such run.")
     return run
@@ -282,7 +282,8 @@ def _table_columns(run: Run, params, query: selectors.TableQuery) -> list[dict]:
     columns = []
     for mapping in run.mappings:
         name, kind = mapping["column"]["name"], mapping["column"]["kind"]
-        sortable = kind in ("input", "annotation")
+        # Inputs sort in full; metrics through the read model's index (numbers and booleans).
+        sortable = kind == "input" or selectors.metric_column(run, name) is not None
         direction = ("desc" if query.desc else "asc") if query.sort == name else ""
         next_sort = f"-{name}" if direction == "asc" else name
         columns.append(
@@ -292,50 +293,81 @@ def _table_columns(run: Run, params, query: selectors.TableQuery) -> list[dict]:
                 "type": mapping["column"].get("type", ""),
                 "visible": not chosen or name in chosen,
                 "sortable": sortable,
+                "ranged": kind == "annotation" and sortable,
                 "direction": direction,
-                "sort_url": _with(params, sort=next_sort, page=None) if sortable else "",
+                "sort_url": _with(params, sort=next_sort, page=None, cursor=None)
+                if sortable
+                else "",
             }
         )
     return columns
 
 
 def _with_cells(rows: list[dict], columns: list[dict]) -> list[dict]:
-    """Each row's visible cells, ready to print: an error, a boolean, text, or nothing yet."""
-
+    """Each row's visible cells, ready to print: an error, a boolean, text (cut to 120
+    characters here, cheaper than a filter on every cell), or nothing yet."""
     visible = [c["name"] for c in columns if c["visible"]]
     for row in rows:
-        row["cells"] = [cell_value(row, name) for name in visible]
+        row["cells"] = cells = [cell_value(row, name) for name in visible]
+        for cell in cells:
+            if len(cell["text"]) > 120:
+                cell["text"] = cell["text"][:119] + "…"
     return rows
+
+
+def _table(request, run: Run) -> dict:
+    """The scenario table's context: a page by cursor (``?cursor=``, what its links carry) or
+    by number (``?page=N``, older links), its rows and the links either side."""
+    params = request.GET
+    query = selectors.TableQuery.from_params(params)
+    cursor = selectors.Cursor.decode(params["cursor"]) if params.get("cursor") else None
+    number = int(params["page"]) if params.get("page", "").isdecimal() else 1
+    page = selectors.table_page(
+        run, query, cursor=cursor, offset=max(number - 1, 0) * PAGE_SIZE, limit=PAGE_SIZE
+    )
+    columns = _table_columns(run, params, query)
+    # One reverse() for the page's links to the drill-in, not one a row.
+    drill_in = reverse("scenario-detail", args=[request.project.slug, run.pk, 0])
+    drill_in = drill_in.removesuffix("0/")
+    return {
+        "drill_in": drill_in,
+        "last_row": page.rank + len(page.scenarios),
+        "query": query,
+        "columns": columns,
+        "visible_columns": [c for c in columns if c["visible"]],
+        "metric_columns": [c for c in columns if c["ranged"]],
+        "rows": _with_cells(selectors.scenario_rows(run, page.scenarios), columns),
+        "page": page,
+        "total": page.total,
+        **_page_links(params, page),
+    }
+
+
+def _page_links(params, page: selectors.TablePage) -> dict:
+    """The Next and Previous links' query strings ("" for none). The page before the second is
+    the first: a plain link, with no cursor to read back from."""
+    links = {"next_url": "", "previous_url": ""}
+    if page.next:
+        links["next_url"] = _with(params, cursor=page.next.encode(), page=None)
+    if page.previous:
+        back = page.previous.encode() if page.previous.rank > PAGE_SIZE else None
+        links["previous_url"] = _with(params, cursor=back, page=None)
+    return links
 
 
 @project_view()
 def run_detail(request, project, run_id):
-    run = _run_or_404(project, run_id)
-    query = selectors.TableQuery.from_params(request.GET)
-    page_number = max(
-        int(request.GET.get("page", "1") or 1) if request.GET.get("page", "1").isdecimal() else 1, 1
-    )
-    scenarios, total = selectors.scenario_page(
-        run, query, offset=(page_number - 1) * PAGE_SIZE, limit=PAGE_SIZE
-    )
-    page = Paginator(range(total), PAGE_SIZE).get_page(page_number)
-    columns = _table_columns(run, request.GET, query)
-    context = {
-        "project": project,
-        "run": run,
-        "query": query,
-        "columns": columns,
-        "visible_columns": [c for c in columns if c["visible"]],
-        "metric_columns": [c for c in columns if c["kind"] == "annotation"],
-        "rows": _with_cells(selectors.scenario_rows(run, scenarios), columns),
-        "page": page,
-        "total": total,
-        "can_edit": request.role in ("editor", "owner"),
-    }
-    if request.htmx and request.htmx.target == "run-scenarios":
+    fragment = bool(request.htmx) and request.htmx.target == "run-scenarios"
+    run = _run_or_404(project, run_id, with_metrics=not fragment)
+    try:
+        table = _table(request, run)
+    except InvalidInput as exc:
+        return render(request, "400.html", {"message": str(exc)}, status=400)
+    can_edit = request.role in ("editor", "owner")
+    context = {"project": project, "run": run, "can_edit": can_edit, **table}
+    if fragment:
         return render(request, "runs/detail.html#run-scenarios", context)
-    row = RunMetrics.objects.filter(run=run, scenario=None, bucket_start=None).first()
-    data = row.data if row else {}
+    data = run.metrics_data or {}
     context |= {
         "cards": _cards(run, data, review.corrected_rates(run)),
         "invocation": next((v for k, v in data.items() if k.startswith("application-")), {}),

@@ -29,6 +29,7 @@ from runs.models import (
     Review,
     ReviewStatus,
     Run,
+    RunStep,
     Scenario,
 )
 from runs.traces import OUTPUTS_PATH, scenario_invocation_trace, trace_dict
@@ -46,17 +47,18 @@ def _run_and_scenario(project, run_id, index) -> tuple[Run, Scenario]:
     return run, scenario
 
 
-def _ground_truth_keys(run: Run) -> set[str]:
+def _ground_truth_keys(steps: list[RunStep]) -> set[str]:
     keys = {"correct_answer", "ground_truth", "reference", "expected"}
-    for step in run.steps.filter(type="annotation").select_related("revision"):
+    for step in steps:
         key = (step.revision.parameters or {}).get("correct_answer_key")
         if key:
             keys.add(key)
     return keys
 
 
-def _panel(run: Run, scenario: Scenario) -> list[dict]:
-    """Every evaluator of the run with its cell: outputs, status, error, duration, revision."""
+def _panel(steps: list[RunStep], scenario: Scenario, *, forms: bool) -> list[dict]:
+    """Every evaluator of the run with its cell: outputs, status, error, duration, revision,
+    and (``forms``: for those who may annotate) the annotation form from its outputs schema."""
     results = {
         (r.step_key, r.repeat_idx): r
         for r in Result.objects.filter(scenario=scenario).select_related(
@@ -64,13 +66,9 @@ def _panel(run: Run, scenario: Scenario) -> list[dict]:
         )
     }
     panel = []
-    for step in (
-        run.steps.filter(type="annotation")
-        .select_related("revision__evaluator")
-        .order_by("position")
-    ):
+    for step in steps:
         revision = step.revision
-        schema, source = metrics.revision_outputs_schema(revision)
+        schema, source = metrics.revision_outputs_schema(revision) if forms else (None, "")
         result = results.get((step.key, 0))
         annotation = result.annotation if result else None
         panel.append(
@@ -126,37 +124,32 @@ def _blind_to(request, item: QueueItem) -> bool:
 @project_view()
 def scenario_detail(request, project, run_id, index):
     run, scenario = _run_and_scenario(project, run_id, index)
-    rows = selectors.scenario_rows(run, [scenario])
     invocation = scenario_invocation_trace(scenario)
     trace = trace_dict(invocation) if invocation else None
     outputs = dig(next(iter(trace["spans"].values()), {}) if trace else {}, OUTPUTS_PATH)
-    neighbours = run.scenarios.order_by("index").values_list("index", flat=True)
-    previous = neighbours.filter(index__lt=index).order_by("-index").first()
-    following = neighbours.filter(index__gt=index).first()
-    truth_keys = _ground_truth_keys(run)
-    human = (
-        Evaluator.objects.for_project(project).active().filter(kind="human").select_related("head")
+    previous, following = selectors.scenario_neighbours(run, index)
+    # The run's evaluator steps, read once for the panel, the ground truth and the playground.
+    steps = list(
+        run.steps.filter(type="annotation")
+        .select_related("revision__evaluator")
+        .order_by("position", "id")
     )
-    in_run = set(run.steps.values_list("revision_id", flat=True))
+    truth_keys = _ground_truth_keys(steps)
+    can_edit = request.role in ("editor", "owner") and not run.closed
     context = {
         "project": project,
         "run": run,
         "scenario": scenario,
-        "row": rows[0],
         "inputs": [(k, v, k in truth_keys) for k, v in scenario.inputs.items()],
         "outputs": outputs,
         "outputs_text": isinstance(outputs, str),
         "trace": trace,
-        "panel": _panel(run, scenario),
+        "panel": _panel(steps, scenario, forms=can_edit),
         "previous": previous,
         "following": following,
-        "extra_human": [
-            (e, AnnotationForm(metrics.revision_outputs_schema(e.head)[0] or {}, prefix="new"))
-            for e in human
-            if e.head_id not in in_run
-        ],
-        "can_edit": request.role in ("editor", "owner") and not run.closed,
-        "playground": _playground_url(project, run, scenario, outputs, trace),
+        "extra_human": _extra_human(project, steps) if can_edit else [],
+        "can_edit": can_edit,
+        "playground": _playground_url(project, run, scenario, steps),
         "reviews": _reviews(request, run, scenario),
         "can_queue": request.role in ("editor", "owner"),
         "queues": AnnotationQueue.objects.for_project(project).filter(archived=False),
@@ -164,13 +157,22 @@ def scenario_detail(request, project, run_id, index):
     return render(request, "runs/scenario.html", context)
 
 
-def _playground_url(project, run, scenario, outputs, trace) -> str:
-    """The code evaluator playground, prefilled with this scenario (first code evaluator of the run)."""
-    step = (
-        run.steps.filter(type="annotation", revision__kind="code")
-        .select_related("revision__evaluator")
-        .first()
+def _extra_human(project, steps: list[RunStep]) -> list[tuple]:
+    """The project's human evaluators not in the run yet, each with its annotation form."""
+    in_run = {step.revision_id for step in steps}
+    human = (
+        Evaluator.objects.for_project(project).active().filter(kind="human").select_related("head")
     )
+    return [
+        (e, AnnotationForm(metrics.revision_outputs_schema(e.head)[0] or {}, prefix="new"))
+        for e in human
+        if e.head_id not in in_run
+    ]
+
+
+def _playground_url(project, run, scenario, steps: list[RunStep]) -> str:
+    """The code evaluator playground, prefilled with this scenario (first code evaluator of the run)."""
+    step = next((s for s in steps if s.revision.kind == "code"), None)
     if step is None:
         return ""
     url = reverse("evaluator-detail", args=[project.slug, step.revision.evaluator.slug])

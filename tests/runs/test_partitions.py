@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.models import Result, Run, RunStep, Scenario, Session, Span, Trace
-from runs.selectors import TableQuery, scenario_page
+from runs.selectors import TableQuery, table_page
 from runs.traces import (
     partitions_ensure,
     trace_dict,
@@ -269,8 +269,8 @@ def _run_with_outputs(project, outputs_by_day: dict) -> Run:
 def test_a_runs_output_search_reads_each_traces_day_only(project, days):
     run = _run_with_outputs(project, {DAY1: "Lisbon", DAY3: "Porto"})
     with CaptureQueriesContext(connection) as queries:
-        found, total = scenario_page(run, TableQuery(q="lisbon"))
-    assert ([s.index for s in found], total) == ([0], 1)
+        page = table_page(run, TableQuery(q="lisbon"))
+    assert ([s.index for s in page.scenarios], page.total) == ([0], 1)
     spans = _span_queries(queries.captured_queries)
     partitions = [{n for n in read(sql) if n.startswith("runs_span")} for sql in spans]
     assert len(partitions) == 2  # the count and the page
