@@ -10,9 +10,9 @@ first byte, total, peak RSS growth of this process).
 
 Targets on a 2-core machine (issue 17): the first view <= 250 ms, later views <= 40 ms; the
 export streams (first byte well under a second, memory growth independent of the number of
-rows). Measured (see docs/compare.md, "Performance"): the run export starts in ~10 ms, ends in
-~15 s, and its peak RSS grows by ~13 MB for 100,000 rows as for 10,000. ``--runs A,B`` reuses
-runs seeded by an earlier invocation.
+rows). Measured: see docs/compare.md, "Performance"; every export at two sizes, before and
+after: ``benchmarks/export_bench.py`` ("Export performance"). ``--runs A,B`` reuses runs seeded
+by an earlier invocation.
 """
 
 from __future__ import annotations

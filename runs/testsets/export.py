@@ -1,4 +1,4 @@
-"""Testset export as CSV, JSON or JSONL, streamed in chunks."""
+"""Testset export as CSV, JSON or JSONL: each row written by PostgreSQL, streamed with COPY."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import csv
 import io
 import json
 from collections.abc import Iterator
-from typing import Any
 
 from evalsite.errors import InvalidInput
+from runs.bulk import COPY_LINES, copy_out
 from runs.models import TestsetVersion
 from runs.testsets.parse import EXPORT_CHUNK_ROWS, FORMATS
 
@@ -16,23 +16,36 @@ from runs.testsets.parse import EXPORT_CHUNK_ROWS, FORMATS
 def testset_export(
     *, version: TestsetVersion, format: str, chunk_size: int = EXPORT_CHUNK_ROWS
 ) -> Iterator[str]:
-    """The rows of ``version`` as CSV, a JSON array, or JSONL, in chunks of text.
+    """The rows of ``version`` as CSV, a JSON array, or JSONL, in chunks of text (``chunk_size``
+    rows at most).
 
-    Lazy: nothing is read until iterated, then rows stream from a server-side cursor
-    (``.iterator(chunk_size=...)``), so a 100k-row export never sits in memory. Object keys
-    follow the version's column order. CSV writes strings as they are, null as an empty cell,
-    and numbers, booleans, objects and arrays as JSON text.
+    Lazy: nothing is read until iterated, then one ``COPY (SELECT ...) TO STDOUT`` writes each
+    row, in index order, and its chunks pass through as they come, so a 100k-row export never
+    sits in memory and stops on the server when the download does. Object keys follow the
+    version's column order (then any other key, as stored). CSV writes strings as they are (no
+    formula guard: the file must come back in unchanged), null as an empty cell, and numbers,
+    booleans, objects and arrays as JSON text.
     """
     if format not in FORMATS:
         raise InvalidInput({"format": [f"Unknown format {format!r}; use csv, json or jsonl."]})
-    rows = (
-        version.testcases.order_by("index")
-        .values_list("data", flat=True)
-        .iterator(chunk_size=chunk_size)
-    )
     columns = list(version.columns)
-    writer = {"csv": _export_csv, "json": _export_json, "jsonl": _export_jsonl}[format]
-    return writer(rows, columns, chunk_size)
+    if format == "json" and not version.row_count:
+        return iter(["[]\n"])
+    if format == "csv":
+        sql, params = _csv_sql(version, columns)
+        head = _csv_header(columns)
+    else:
+        sql, params = _json_sql(version, columns, array=format == "json")
+        head = b"[\n" if format == "json" else b""
+    chunks = copy_out(sql, params, head=head, crlf=format == "csv", chunk_rows=chunk_size)
+    return _text(chunks, tail="]\n" if format == "json" else "")
+
+
+def _text(chunks: Iterator[bytes], tail: str) -> Iterator[str]:
+    for chunk in chunks:  # whole rows: never a character cut in two
+        yield chunk.decode()
+    if tail:
+        yield tail
 
 
 def row_ordered(row: dict, columns: list[str]) -> dict:
@@ -43,46 +56,43 @@ def row_ordered(row: dict, columns: list[str]) -> dict:
     return ordered
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def _csv_header(columns: list[str]) -> bytes:
+    line = io.StringIO()
+    csv.writer(line).writerow(columns)
+    return line.getvalue().encode()
 
 
-def _export_csv(rows: Iterator[dict], columns: list[str], chunk_size: int) -> Iterator[str]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(columns)
-    for number, row in enumerate(rows, 1):
-        writer.writerow([_csv_text(row[c]) if c in row else "" for c in columns])
-        if number % chunk_size == 0:
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-    yield buffer.getvalue()
+def _csv_sql(version: TestsetVersion, columns: list[str]) -> tuple[str, list]:
+    cells = [
+        "CASE jsonb_typeof(t.data -> %s) WHEN 'string' THEN nullif(t.data ->> %s, '')"
+        " WHEN 'null' THEN NULL ELSE (t.data -> %s)::text END"
+        for _ in columns
+    ]
+    if len(cells) == 1:  # a row of one empty cell is "", as Python writes it, not a blank line
+        cells = [f"coalesce({cells[0]}, '')"]
+    sql = (
+        f"COPY (SELECT {', '.join(cells) or 'NULL'} FROM runs_testcase t"  # noqa: S608
+        " WHERE t.version_id = %s ORDER BY t.index) TO STDOUT (FORMAT csv)"
+    )
+    return sql, [*(c for column in columns for c in (column, column, column)), version.pk]
 
 
-def _csv_text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else _dumps(value)
-
-
-def _export_json(rows: Iterator[dict], columns: list[str], chunk_size: int) -> Iterator[str]:
-    parts, separator = ["["], "\n"
-    for row in rows:
-        parts.append(separator + _dumps(row_ordered(row, columns)))
-        separator = ",\n"
-        if len(parts) >= chunk_size:
-            yield "".join(parts)
-            parts = []
-    parts.append("\n]\n" if separator == ",\n" else "]\n")
-    yield "".join(parts)
-
-
-def _export_jsonl(rows: Iterator[dict], columns: list[str], chunk_size: int) -> Iterator[str]:
-    parts: list[str] = []
-    for row in rows:
-        parts.append(_dumps(row_ordered(row, columns)) + "\n")
-        if len(parts) >= chunk_size:
-            yield "".join(parts)
-            parts = []
-    yield "".join(parts)
+def _json_sql(version: TestsetVersion, columns: list[str], *, array: bool) -> tuple[str, list]:
+    """Each row as JSON text: its columns in order, then keys that are not columns (rare: a
+    cheap test skips looking for them); in an array, a comma after each but the last row."""
+    entries = ["CASE WHEN t.data ? %s THEN %s || (t.data -> %s)::text END" for _ in columns]
+    params: list = [p for c in columns for p in (c, json.dumps(c, ensure_ascii=False) + ": ", c)]
+    entries.append(
+        "CASE WHEN t.data - %s::text[] <> '{}' THEN (SELECT string_agg(to_json(e.key)::text"
+        " || ': ' || e.value::text, ', ') FROM jsonb_each(t.data) e"
+        " WHERE e.key <> ALL(%s::text[])) END"
+    )
+    params += [columns, columns]
+    line = f"'{{' || array_to_string(ARRAY[{', '.join(entries)}]::text[], ', ') || '}}'"
+    if array:
+        line += " || CASE WHEN lead(t.index) OVER (ORDER BY t.index) IS NULL THEN '' ELSE ',' END"
+    sql = (
+        f"COPY (SELECT {line} FROM runs_testcase t WHERE t.version_id = %s ORDER BY t.index)"  # noqa: S608
+        f" TO STDOUT {COPY_LINES}"
+    )
+    return sql, [*params, version.pk]

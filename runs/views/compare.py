@@ -103,7 +103,10 @@ def run_export(request, project, run_id):
     if run is None:
         raise Http404("No such run.")
     query = selectors.TableQuery.from_params(request.GET)
-    return exports.run_export(run, query, fmt=_format(request.GET))
+    try:
+        return exports.run_export(run, query, fmt=_format(request.GET))
+    except InvalidInput as exc:  # a sort or a range the run page refuses too
+        raise BadRequest(str(exc))
 
 
 def _comparison_to_export(project, params) -> compare.Comparison:
