@@ -1,13 +1,16 @@
 """Metrics benchmark: a run of 100,000 scenarios with 3 annotation steps (numeric score,
-boolean success, categorical label; 1 % errors) plus invocation traces, seeded in SQL. Times a
-full run-wide refresh, schema inference over the 300,000 stored outputs, and the per-scenario
-refresh.
+boolean success, categorical label; 1 % errors) plus invocation traces, seeded in SQL. Times the
+per-scenario refresh of every scenario (what writes the read model), a run-wide refresh (the
+inferred schemas checked against the number of outputs, and every step's statistics), schema
+inference over the 297,000 stored outputs, and the per-scenario refresh of one scenario.
 
     uv run python benchmarks/metrics_bench.py [--scenarios 100000] [--repeat 5]
 
-Targets on a 2-core machine: run-wide refresh < 2 s, inference < 2 s, per-scenario < 20 ms.
-The evaluators are registered without outputs schemas (seed 002's case), so the run-wide
-refresh also infers their schemas from the data.
+Targets on a 2-core machine (issue 17): run-wide refresh <= 400 ms, inference <= 400 ms.
+The evaluators are registered without outputs schemas (seed 002's case), so their schemas are
+inferred from the data (by the first per-scenario refresh, then checked by each run-wide one).
+The history is seeded as autovacuum leaves it (statistics, visibility map); the read model is
+measured right after it is written, then after autovacuum's pass over it.
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ def seed(n: int):
         )
         cursor.execute(
             """INSERT INTO runs_trace (project_id, trace_id, name, root_span_id, start_time, end_time, duration_ms,
-                                       status, tokens, cost, span_count, source, created_at, updated_at)
+                                       status, tokens, cost, span_count, source, session_id, created_at, updated_at)
                SELECT %(project)s, md5(%(run)s || '-' || g), 'app', 'root', now(), now(), random() * 2000,
-                      'ok', floor(random() * 800), random() / 1000, 1, 'invocation', now(), now()
+                      'ok', floor(random() * 800), random() / 1000, 1, 'invocation', '', now(), now()
                FROM generate_series(0, %(n)s - 1) g""",
             params,
         )
@@ -112,9 +115,11 @@ def seed(n: int):
                    FROM runs_scenario s WHERE s.run_id = %(run)s AND s.id %% 100 = 0""",
                 values,
             )
-        cursor.execute(
-            "ANALYZE runs_result; ANALYZE runs_annotation; ANALYZE runs_scenario; ANALYZE runs_trace"
-        )
+    # The stored history as autovacuum leaves it: statistics, and the visibility map that lets
+    # a count of a revision's outputs read its index alone.
+    with connection.cursor() as cursor:
+        for table in ("runs_result", "runs_annotation", "runs_scenario", "runs_trace"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
     run.scenario_count = n
     run.save(update_fields=["scenario_count"])
     return run, revisions
@@ -141,6 +146,14 @@ def main() -> None:
         f"seeded {args.scenarios:,} scenarios, {args.scenarios * 4:,} results in {time.perf_counter() - started:.1f} s"
     )
 
+    # What the engine does when a run ends: every scenario's values (the read model), then run-wide.
+    written = timed(lambda: metrics.scenarios_refresh(run=run, scenario_ids=None), 1)[0]
+    fresh = timed(lambda: metrics.run_refresh(run=run), 1)[0]
+    with connection.cursor() as cursor:  # autovacuum's pass after 100,000s of new rows
+        for table in ("runs_runmetrics", "runs_scenariovalue"):
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [table])
+            if cursor.fetchone()[0]:
+                cursor.execute(f"VACUUM ANALYZE {table}")
     refresh = timed(lambda: metrics.run_refresh(run=run), args.repeat)
     data = run.metrics.get(scenario=None).data
     infer = timed(lambda: [metrics.schema_infer(revision_id=r.pk) for r in revisions], args.repeat)
@@ -150,14 +163,22 @@ def main() -> None:
         for s in scenarios
     ]
 
+    def runs(times: list[float]) -> str:
+        return ", ".join(f"{t:.0f}" for t in times)
+
+    outputs = sum(r.annotations.count() for r in revisions)
     print(
-        f"run-wide refresh (incl. inference of 3 schemas): median {statistics.median(refresh):.0f} ms  (runs: {', '.join(f'{t:.0f}' for t in refresh)})"
+        f"per-scenario refresh of all {args.scenarios:,} scenarios (infers the 3 schemas): {written:.0f} ms"
+    )
+    print(f"run-wide refresh right after it (read model not vacuumed yet): {fresh:.0f} ms")
+    print(
+        f"run-wide refresh (incl. the inference check of 3 schemas): median {statistics.median(refresh):.0f} ms  (runs: {runs(refresh)})"
     )
     print(
-        f"schema inference over {sum(r.annotations.count() for r in revisions):,} outputs: median {statistics.median(infer):.0f} ms"
+        f"schema inference over {outputs:,} outputs: median {statistics.median(infer):.0f} ms  (runs: {runs(infer)})"
     )
     print(
-        f"per-scenario refresh: median {statistics.median(per_scenario):.1f} ms, max {max(per_scenario):.1f} ms (20 scenarios)"
+        f"per-scenario refresh of one scenario: median {statistics.median(per_scenario):.1f} ms, max {max(per_scenario):.1f} ms (20 scenarios)"
     )
     for step, stats in data.items():
         if step.startswith("evaluator-"):

@@ -6,13 +6,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from evalsite.jsonpaths import dig
 from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
-from runs.models import Annotation, InferredSchema
+from runs.models import InferredSchema
 
 OUTPUTS_PREFIX = "attributes.ag.data.outputs"
 
@@ -82,6 +82,30 @@ def revision_outputs_schema(
 
     An inferred schema comes from every stored output. It is cached per revision; ``fresh``
     re-infers it when outputs were added since (run-wide refreshes ask for that)."""
+    return revision_outputs_schemas([revision], fresh=fresh)[revision.pk]
+
+
+def revision_outputs_schemas(
+    revisions: list[EvaluatorRevision], *, fresh: bool = False
+) -> dict[int, tuple[dict | None, str]]:
+    """``revision_outputs_schema`` of several revisions, with one read of the cached inferred
+    schemas and one count of their outputs (a run-wide refresh asks for all its steps)."""
+    found: dict[int, tuple[dict | None, str]] = {}
+    inferred = []
+    for revision in revisions:
+        fixed = _fixed_schema(revision)
+        if fixed is not None:
+            found[revision.pk] = fixed
+        else:
+            inferred.append(revision)
+    schemas = _inferred_schemas(inferred, fresh=fresh) if inferred else {}
+    for revision in inferred:
+        schema = schemas[revision.pk]
+        found[revision.pk] = (schema, "inferred") if schema.get("properties") else (None, "none")
+    return found
+
+
+def _fixed_schema(revision: EvaluatorRevision) -> tuple[dict, str] | None:
     if revision.outputs_schema:
         return revision.outputs_schema, "revision"
     kind = REGISTRY.get(revision.kind)
@@ -89,47 +113,94 @@ def revision_outputs_schema(
         return kind.outputs, "kind"
     if kind is not None and callable(kind.outputs):
         return kind.outputs_schema(kind.parse(revision.parameters)), "kind"
-    schema = inferred_schema(revision, fresh=fresh)
-    return (schema, "inferred") if schema.get("properties") else (None, "none")
+    return None
 
 
 def inferred_schema(revision: EvaluatorRevision, *, fresh: bool = False) -> dict:
+    return _inferred_schemas([revision], fresh=fresh)[revision.pk]
 
-    cached = InferredSchema.objects.filter(revision=revision).first()
-    if cached is not None and cached.schema.get("properties"):
-        if not fresh:
-            return cached.schema
-        if Annotation.objects.filter(revision=revision).count() == cached.total:
-            return cached.schema  # nothing new since: the same outputs give the same schema
-    inferred = schema_infer(revision_id=revision.pk)
-    InferredSchema.objects.update_or_create(
-        revision=revision,
-        defaults={
-            "schema": inferred["schema"],
-            "fields": inferred["fields"],
-            "total": inferred["total"],
-            "inferred_at": timezone.now(),
-        },
+
+def _inferred_schemas(revisions: list[EvaluatorRevision], *, fresh: bool) -> dict[int, dict]:
+    """Cached inferred schemas; inferred again when the cache has no properties yet or, with
+    ``fresh``, when a revision's number of stored outputs differs from the cached one's."""
+    cached = {
+        c.revision_id: c
+        for c in InferredSchema.objects.filter(revision__in=revisions)
+        if c.schema.get("properties")
+    }
+    stale = {r.pk: r for r in revisions if r.pk not in cached}
+    if fresh and cached:
+        counts = _outputs_counts(list(cached))
+        stale |= {
+            r.pk: r
+            for r in revisions
+            if r.pk in cached and counts.get(r.pk, 0) != cached[r.pk].total
+        }
+    schemas = {pk: c.schema for pk, c in cached.items()}
+    for pk in stale:
+        inferred = schema_infer(revision_id=pk)
+        InferredSchema.objects.update_or_create(
+            revision_id=pk,
+            defaults={
+                "schema": inferred["schema"],
+                "fields": inferred["fields"],
+                "total": inferred["total"],
+                "inferred_at": timezone.now(),
+            },
+        )
+        schemas[pk] = inferred["schema"]
+    return schemas
+
+
+def _outputs_counts(revision_ids: list[int]) -> dict[int, int]:
+    """How many outputs each revision has: one count per revision, each read from the
+    revision's index alone (a count of several at once would read the whole table)."""
+    sql = " UNION ALL ".join(
+        ["SELECT %s, count(*) FROM runs_annotation WHERE revision_id = %s"] * len(revision_ids)
     )
-    return inferred["schema"]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [v for pk in revision_ids for v in (pk, pk)])
+        return dict(cursor.fetchall())
 
 
-_INFER_SQL = """
-WITH RECURSIVE flat(path, value) AS (
-    SELECT ARRAY[e.key], e.value
-    FROM runs_annotation a, jsonb_each(a.outputs) e
-    WHERE a.revision_id = %(revision)s AND jsonb_typeof(a.outputs) = 'object'
-  UNION ALL
-    SELECT f.path || e.key, e.value
-    FROM flat f, jsonb_each(f.value) e
-    WHERE jsonb_typeof(f.value) = 'object'
+def jit_off(cursor) -> None:
+    """These statements take well under a second: compiling them (PostgreSQL's JIT, which a
+    large row estimate turns on) would cost more than running them. For this transaction."""
+    cursor.execute("SELECT set_config('jit', 'off', true)")
+
+
+# The keys of the objects found at one path of a revision's outputs ({node}: the outputs
+# themselves, or what is at %(path)s inside them), each with its JSON type, how many outputs have
+# it with that type, whether all its numbers are whole (no digits after the point), and its
+# distinct strings (the first %(strings)s in order, and how many).
+_INFER_LEVEL_SQL = """
+SELECT key, type, sum(n)::bigint, bool_and(integral), count(text),
+       (array_agg(text ORDER BY text) FILTER (WHERE text IS NOT NULL))[1:%(strings)s]
+FROM (
+    SELECT key, jsonb_typeof(value) AS type,
+           CASE WHEN jsonb_typeof(value) = 'string' THEN value #>> '{{}}' END AS text,
+           count(*) AS n,
+           bool_and(CASE WHEN jsonb_typeof(value) = 'number' THEN scale(value::numeric) = 0 END)
+               AS integral
+    FROM (
+        SELECT key, node -> key AS value
+        FROM (SELECT {node} AS node FROM runs_annotation WHERE revision_id = %(revision)s) o,
+             jsonb_object_keys(CASE WHEN jsonb_typeof(node) = 'object' THEN node END) key
+    ) pairs
+    GROUP BY 1, 2, 3
+) typed
+GROUP BY 1, 2
+"""
+
+# How many outputs, and the first three (by id) as examples, in one read of the revision's rows
+# (walking the primary key until three of this revision turn up could read the whole table).
+_INFER_SAMPLES_SQL = """
+WITH found AS (
+    SELECT count(*) AS total, (array_agg(id ORDER BY id))[1:3] AS first
+    FROM runs_annotation WHERE revision_id = %s
 )
-SELECT path, jsonb_typeof(value) AS type,
-       CASE WHEN jsonb_typeof(value) = 'string' THEN value #>> '{}' END AS text,
-       count(*) AS n,
-       bool_and(jsonb_typeof(value) <> 'number' OR value::text ~ '^-?[0-9]+$') AS integral
-FROM flat
-GROUP BY 1, 2, 3
+SELECT total, ARRAY(SELECT outputs FROM runs_annotation WHERE id = ANY(first) ORDER BY id)
+FROM found
 """
 
 
@@ -137,33 +208,41 @@ ENUM_MAX = 12
 
 
 def schema_infer(*, revision_id: int) -> dict[str, Any]:
-    """Infer an outputs schema from EVERY output stored for a revision, in one SQL pass.
+    """Infer an outputs schema from EVERY output stored for a revision, in SQL: one statement
+    aggregates the JSON types of the top-level keys, one more per path that holds objects.
 
     Returns ``{"schema", "total", "fields": [{path, types, count, agree, examples, schema}]}``: a
     string field with few distinct values becomes an enum (categorical metric), numbers that are
     all whole become integers, a field missing or null in some outputs becomes nullable.
     """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM runs_annotation WHERE revision_id = %s", [revision_id])
-        total = cursor.fetchone()[0]
-        cursor.execute(_INFER_SQL, {"revision": revision_id})
-        rows = cursor.fetchall()
-        cursor.execute(
-            "SELECT outputs FROM runs_annotation WHERE revision_id = %s ORDER BY id LIMIT 3",
-            [revision_id],
-        )
-        # A raw cursor hands jsonb over as text.
-        samples = [
-            json.loads(row[0]) if isinstance(row[0], str) else row[0] for row in cursor.fetchall()
-        ]
     by_path: dict[tuple, dict] = {}
-    for path, json_type, text, n, integral in rows:
-        field = by_path.setdefault(tuple(path), {"types": {}, "strings": set(), "integral": True})
-        field["types"][json_type] = field["types"].get(json_type, 0) + n
-        if json_type == "string" and len(field["strings"]) <= ENUM_MAX:
-            field["strings"].add(text)
-        if json_type == "number":
-            field["integral"] = bool(integral)
+    with transaction.atomic(), connection.cursor() as cursor:
+        jit_off(cursor)
+        # The grouping sorts every key of every output: in memory, not in temporary files.
+        cursor.execute("SELECT set_config('work_mem', '64MB', true)")
+        cursor.execute(_INFER_SAMPLES_SQL, [revision_id])
+        total, samples = cursor.fetchone()
+        paths: list[tuple] = [()]
+        while paths:
+            path = paths.pop()
+            node = "outputs #> %(path)s" if path else "outputs"
+            cursor.execute(
+                _INFER_LEVEL_SQL.format(node=node),
+                {"revision": revision_id, "path": list(path), "strings": ENUM_MAX + 1},
+            )
+            for key, json_type, n, integral, _distinct, strings in cursor.fetchall():
+                field = by_path.setdefault(
+                    (*path, key), {"types": {}, "strings": set(), "integral": True}
+                )
+                field["types"][json_type] = n
+                if json_type == "string":
+                    field["strings"] = set(strings)
+                elif json_type == "number":
+                    field["integral"] = bool(integral)
+                elif json_type == "object":
+                    paths.append((*path, key))
+    # A raw cursor hands jsonb over as text.
+    samples = [json.loads(s) if isinstance(s, str) else s for s in samples or []]
     schema: dict[str, Any] = {"type": "object", "properties": {}}
     fields = []
     for path, field in sorted(by_path.items()):
