@@ -34,168 +34,28 @@ import django
 
 django.setup()
 
+import runs_seed  # noqa: E402  (beside this script)
 from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
-from evalsite.services import project_create, user_get_or_create  # noqa: E402
-from evaluators.services import evaluator_create  # noqa: E402
-from runs import compare, metrics  # noqa: E402
-from runs.applications import application_create  # noqa: E402
-from runs.engine import run_create_logged  # noqa: E402
-from runs.models import Run, Testset, TestsetVersion  # noqa: E402
-
-SCHEMA = {
-    "type": "object",
-    "properties": {"score": {"type": "number"}, "success": {"type": "boolean"}},
-}
-# Deterministic per-row scores: the candidate moves each row's score by -0.045 .. +0.055.
-SCORE = {
-    "a": "round(((s.index::bigint * 7919) %% 10007)::numeric / 10007, 4)",
-    "b": "round(least(1, ((s.index::bigint * 7919) %% 10007)::numeric / 10007 "
-    "+ (((s.index::bigint * 104729) %% 1000)::numeric / 1000 - 0.45) / 10), 4)",
-}
+from evalsite.services import user_get_or_create  # noqa: E402
+from runs import compare  # noqa: E402
+from runs.models import Run  # noqa: E402
 
 
 def seed(n: int) -> tuple[Run, Run, str, object]:
     stamp = time.strftime("%Y%m%d%H%M%S")
     owner = user_get_or_create(username=f"bench-{stamp}", password=secrets.token_urlsafe(16))
-    project = project_create(name=f"compare bench {stamp}", slug=f"compare-{stamp}", owner=owner)
-    testset = Testset.objects.create(project=project, slug="questions", name="Questions")
-    version = TestsetVersion.objects.create(
-        project=project, testset=testset, version=1, columns=["question", "answer"], row_count=n
+    project = runs_seed.runs_seed(
+        n,
+        slug=f"compare-{stamp}",
+        owner=owner,
+        run_names=("run a", "run b"),
+        judges={"Judge": (runs_seed.SCORE_AND_SUCCESS, runs_seed.SCORE_AND_SUCCESS_SCHEMA)},
     )
-    testset.head = version
-    testset.save(update_fields=["head"])
-    judge = evaluator_create(project=project, kind="feedback", name="Judge", outputs_schema=SCHEMA)
-    app = application_create(project=project, name="app", kind="logged")
-    runs = [
-        run_create_logged(
-            project=project,
-            name=f"run {label}",
-            testset_version=version,
-            application=app,
-            revisions=[judge.head],
-        )
-        for label in ("a", "b")
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """INSERT INTO runs_testcase (project_id, version_id, index, data)
-               SELECT %s, %s, g, jsonb_build_object('question', 'What is ' || g || '?', 'answer', 'a' || g)
-               FROM generate_series(0, %s - 1) g""",
-            [project.pk, version.pk, n],
-        )
-        for label, run in zip(("a", "b"), runs, strict=True):
-            _seed_run(cursor, run, version, judge, SCORE[label])
-        cursor.execute(
-            "ANALYZE runs_result; ANALYZE runs_annotation; ANALYZE runs_scenario; "
-            "ANALYZE runs_trace; ANALYZE runs_span; ANALYZE runs_testcase"
-        )
-    cells = n * 3
-    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
-        status="errors",
-        finished_at=timezone.now(),
-        progressed_at=timezone.now(),
-        scenario_count=n,
-        total_cells=cells,
-        done_cells=cells,
-        error_cells=n // 100,
-    )
-    # The read model as the engine leaves it at a run's end (runs.engine.read_model_refresh):
-    # per-scenario statistics and values (ScenarioValue, which the comparison reads), then the
-    # run-wide statistics, which mark it current (metrics_refreshed_at).
-    for run in runs:
-        run.refresh_from_db()
-        metrics.scenarios_refresh(run=run, scenario_ids=None)
-        metrics.run_refresh(run=run)
-    with connection.cursor() as cursor:  # as autovacuum leaves them after a bulk write
-        cursor.execute("VACUUM ANALYZE runs_scenariovalue")
-        cursor.execute("VACUUM ANALYZE runs_scenario")
+    runs = list(project.runs.order_by("pk"))
+    runs_seed.read_model_refresh(runs)
     return runs[0], runs[1], project.slug, owner
-
-
-def _seed_run(cursor, run: Run, version, judge, score_sql: str) -> None:
-    steps = {s.type: s.key for s in run.steps.all()}
-    p = {
-        "project": run.project_id,
-        "run": run.pk,
-        "version": version.pk,
-        "input": steps["input"],
-        "invocation": steps["invocation"],
-        "step": steps["annotation"],
-        "revision": judge.head_id,
-        "evaluator": judge.pk,
-        "slug": judge.slug,
-    }
-    cursor.execute(
-        """INSERT INTO runs_scenario (project_id, run_id, index, testcase_id, inputs, status, created_at, updated_at)
-           SELECT %(project)s, %(run)s, t.index, t.id, t.data,
-                  CASE WHEN t.index %% 100 = 7 THEN 'errors' ELSE 'success' END, now(), now()
-           FROM runs_testcase t WHERE t.version_id = %(version)s""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_trace (project_id, trace_id, name, root_span_id, start_time, end_time, duration_ms,
-                                   status, tokens, cost, span_count, source, session_id, created_at, updated_at)
-           SELECT %(project)s, md5(%(run)s || '-' || s.index), 'app', 'root', now(), now(), 100 + s.index %% 900,
-                  'ok', 20, 0.0001, 1, 'invocation', '', now(), now()
-           FROM runs_scenario s WHERE s.run_id = %(run)s""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_span (project_id, trace_id, span_id, parent_id, name, kind, start_time, end_time,
-                                  status, status_message, trace_time, attributes)
-           SELECT %(project)s, t.id, 'root', '', 'app', 'workflow', now(), now(), 'ok', '', t.created_at,
-                  jsonb_build_object('ag', jsonb_build_object('data', jsonb_build_object(
-                      'inputs', s.inputs, 'outputs', 'Answer ' || s.index || ' from run ' || %(run)s)))
-           FROM runs_scenario s JOIN runs_trace t ON t.trace_id = md5(%(run)s || '-' || s.index)
-           WHERE s.run_id = %(run)s""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, testcase_id,
-                                    created_at, updated_at)
-           SELECT %(project)s, %(run)s, s.id, %(input)s, 0, 'success', s.testcase_id, now(), now()
-           FROM runs_scenario s WHERE s.run_id = %(run)s""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, trace_id,
-                                    duration_ms, created_at, updated_at)
-           SELECT %(project)s, %(run)s, s.id, %(invocation)s, 0, 'success', t.id, t.duration_ms, now(), now()
-           FROM runs_scenario s JOIN runs_trace t ON t.trace_id = md5(%(run)s || '-' || s.index)
-           WHERE s.run_id = %(run)s""",
-        p,
-    )
-    cursor.execute(
-        f"""WITH annotated AS (
-                INSERT INTO runs_annotation (project_id, trace_id, span_id, outputs, evaluator_id, evaluator_slug,
-                                             revision_id, origin, channel, details, history, created_at, updated_at)
-                SELECT %(project)s, t.id, 'root',
-                       jsonb_build_object('score', {score_sql}, 'success', {score_sql} >= 0.5),
-                       %(evaluator)s, %(slug)s, %(revision)s, 'auto', 'api',
-                       jsonb_build_object('scenario', s.id), '[]', now(), now()
-                FROM runs_scenario s JOIN runs_trace t ON t.trace_id = md5(%(run)s || '-' || s.index)
-                WHERE s.run_id = %(run)s AND s.index %% 100 <> 7
-                RETURNING id, (details->>'scenario')::bigint AS scenario_id
-            )
-            INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, annotation_id,
-                                     duration_ms, created_at, updated_at)
-            SELECT %(project)s, %(run)s, scenario_id, %(step)s, 0, 'success', id, 1, now(), now()
-            FROM annotated""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, error,
-                                    created_at, updated_at)
-           SELECT %(project)s, %(run)s, s.id, %(step)s, 0, 'error',
-                  '{"code": "judge_timeout", "type": "TimeoutError", "message": "no answer in 30 s"}'::jsonb,
-                  now(), now()
-           FROM runs_scenario s WHERE s.run_id = %(run)s AND s.index %% 100 = 7""",
-        p,
-    )
 
 
 def timed(fn, repeat: int) -> list[float]:

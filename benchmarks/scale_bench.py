@@ -14,7 +14,9 @@ milliseconds are the median of ``--requests`` requests unless said):
 
 - run page: ``/p/<slug>/runs/<id>/`` of the baseline run;
 - table page: the scenario table fragment (``HX-Target: run-scenarios``), 50 rows sorted by the
-  score descending, the middle page (``?page=`` half-way through the run);
+  score descending, the middle page as the table's links reach it (``?cursor=``, keyset);
+- table page by ?page=: the same page by an old page-number link (an offset: its cost grows
+  with the page, so it is shown, not held to the 2x check);
 - drill-in: ``/p/<slug>/runs/<id>/scenarios/<index>/`` of a scenario half-way through;
 - compare, cold: ``/p/<slug>/runs/compare?runs=A,B``, the first view: the per-process caches in
   ``runs.compare`` (the runs' values) and Django's cache emptied before each of ``--repeat``
@@ -57,43 +59,29 @@ import django
 
 django.setup()
 
+import runs_seed  # noqa: E402  (beside this script)
 from django.conf import settings  # noqa: E402
 from django.core.cache import caches  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.http import QueryDict  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
 from evalsite.models import Project  # noqa: E402
-from evalsite.services import project_create, user_get_or_create  # noqa: E402
-from evaluators.services import evaluator_create  # noqa: E402
-from runs import compare, metrics  # noqa: E402
-from runs.applications import application_create  # noqa: E402
-from runs.engine import run_create_logged  # noqa: E402
-from runs.models import Run, Testset, TestsetVersion  # noqa: E402
+from evalsite.services import user_get_or_create  # noqa: E402
+from runs import compare, metrics, selectors  # noqa: E402
+from runs.models import Run  # noqa: E402
 
 USER = "scale-bench"
 RUN_NAMES = ("scale baseline", "scale candidate")
-# Deterministic scores per testcase index; the candidate moves each by -0.045 .. +0.055.
-SCORE = (
-    "round(((m.index::bigint * 7919) %% 10007)::numeric / 10007, 4)",
-    "round(least(1, ((m.index::bigint * 7919) %% 10007)::numeric / 10007 "
-    "+ (((m.index::bigint * 104729) %% 1000)::numeric / 1000 - 0.45) / 10), 4)",
-)
-OUTPUTS = {
-    "score": "jsonb_build_object('score', {score})",
-    "success": "jsonb_build_object('success', {score} >= 0.4)",
-    "label": "jsonb_build_object('label', (ARRAY['good', 'bad', 'meh'])[1 + m.index %% 3])",
+# No outputs schemas (seed 002's case): the first refresh infers them, as in metrics_bench.
+JUDGES = {
+    "judge score": ("jsonb_build_object('score', {score})", None),
+    "judge success": ("jsonb_build_object('success', {score} >= 0.4)", None),
+    "judge label": (
+        "jsonb_build_object('label', (ARRAY['good', 'bad', 'meh'])[1 + m.index %% 3])",
+        None,
+    ),
 }
-TABLES = (
-    "runs_testcase",
-    "runs_scenario",
-    "runs_trace",
-    "runs_span",
-    "runs_result",
-    "runs_annotation",
-    "runs_runmetrics",
-    "runs_scenariovalue",
-)
 PAGES = ("run page", "table page", "drill-in", "compare, cold", "compare, warm")
 
 
@@ -108,184 +96,12 @@ def runs_get_or_seed(n: int, *, keep: bool) -> tuple[Run, Run, dict]:
     project = Project.objects.filter(slug=slug).first()
     if project is None:
         started = time.perf_counter()
-        project = _seed(n, slug, owner)
+        project = runs_seed.runs_seed(n, slug=slug, owner=owner, run_names=RUN_NAMES, judges=JUDGES)
         timings["seed SQL"] = time.perf_counter() - started
     runs = [Run.objects.get(project=project, name=name) for name in RUN_NAMES]
-    for i, run in enumerate(runs):
-        if run.metrics_refreshed_at is None:  # fresh, or an earlier invocation stopped here
-            started = time.perf_counter()
-            metrics.scenarios_refresh(run=run, scenario_ids=None)
-            timings[f"scenarios_refresh run {i + 1}"] = time.perf_counter() - started
-            started = time.perf_counter()
-            metrics.run_refresh(run=run)
-            timings[f"run_refresh run {i + 1}"] = time.perf_counter() - started
-    if timings:
-        started = time.perf_counter()
-        present = [t for t in TABLES if t in connection.introspection.table_names()]
-        with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM ANALYZE {', '.join(present)}")
-        timings["VACUUM ANALYZE"] = time.perf_counter() - started
-    for run in runs:
-        run.refresh_from_db()
+    # A run not refreshed yet is fresh, or an earlier invocation stopped before its refresh.
+    timings |= runs_seed.read_model_refresh(runs)
     return runs[0], runs[1], timings
-
-
-@transaction.atomic
-def _seed(n: int, slug: str, owner) -> Project:
-    project = project_create(name=f"scale bench {slug}", slug=slug, owner=owner)
-    testset = Testset.objects.create(project=project, slug="questions", name="Questions")
-    version = TestsetVersion.objects.create(
-        project=project, testset=testset, version=1, columns=["question", "answer"], row_count=n
-    )
-    testset.head = version
-    testset.save(update_fields=["head"])
-    # No outputs schemas (seed 002's case): the first refresh infers them, as in metrics_bench.
-    revisions = [
-        evaluator_create(project=project, kind="feedback", name=f"judge {key}").head
-        for key in OUTPUTS
-    ]
-    app = application_create(project=project, name="app", kind="logged")
-    # The runs are created before the testcases exist, so their scenarios are seeded in SQL.
-    runs = [
-        run_create_logged(
-            project=project,
-            name=name,
-            testset_version=version,
-            application=app,
-            revisions=revisions,
-        )
-        for name in RUN_NAMES
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL work_mem = '256MB'; SET LOCAL synchronous_commit = off")
-        # Foreign keys are checked row by row at COMMIT (deferred triggers): at 1M that took
-        # longer than the inserts. These rows are consistent by construction, so a superuser
-        # seeds without the triggers; anyone else waits for the checks.
-        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-        if cursor.fetchone()[0]:
-            cursor.execute("SET LOCAL session_replication_role = replica")
-        cursor.execute(
-            """INSERT INTO runs_testcase (project_id, version_id, index, data)
-               SELECT %s, %s, g, jsonb_build_object('question', 'What is ' || g || '?', 'answer', 'a' || g)
-               FROM generate_series(0, %s - 1) g""",
-            [project.pk, version.pk, n],
-        )
-        for run, score in zip(runs, SCORE, strict=True):
-            _seed_run(cursor, run, version, revisions, score)
-        # What autovacuum does while a big run fills: plans for the refresh see the rows.
-        cursor.execute("".join(f"ANALYZE {table}; " for table in TABLES[:6]))
-    errored = len(range(7, n, 100))  # indexes ending in 07: every evaluator cell errored
-    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
-        status="errors",
-        finished_at=timezone.now(),
-        progressed_at=timezone.now(),
-        scenario_count=n,
-        total_cells=n * 5,
-        done_cells=n * 5,
-        error_cells=errored * len(revisions),
-    )
-    return project
-
-
-def _seed_run(cursor, run: Run, version, revisions, score: str) -> None:
-    steps = {s.type: s.key for s in run.steps.all() if s.type != "annotation"}
-    p = {
-        "project": run.project_id,
-        "run": run.pk,
-        "version": version.pk,
-        "input": steps["input"],
-        "invocation": steps["invocation"],
-    }
-    cursor.execute(
-        """INSERT INTO runs_scenario (project_id, run_id, index, testcase_id, inputs, status, created_at, updated_at)
-           SELECT %(project)s, %(run)s, t.index, t.id, t.data,
-                  CASE WHEN t.index %% 100 = 7 THEN 'errors' ELSE 'success' END, now(), now()
-           FROM runs_testcase t WHERE t.version_id = %(version)s""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_trace (project_id, trace_id, name, root_span_id, start_time, end_time, duration_ms,
-                                   status, tokens, cost, span_count, source, session_id, created_at, updated_at)
-           SELECT %(project)s, md5(%(run)s || '-' || s.index), 'app', 'root', now(), now(), 100 + s.index %% 900,
-                  'ok', 20, 0.0001, 1, 'invocation', '', now(), now()
-           FROM runs_scenario s WHERE s.run_id = %(run)s""",
-        p,
-    )
-    # Fresh statistics, or the join below is planned for empty tables (a nested loop: hours at 1M).
-    cursor.execute("ANALYZE runs_scenario; ANALYZE runs_trace")
-    # Scenario, testcase and trace of each index, joined once for the inserts below.
-    cursor.execute(
-        """CREATE TEMP TABLE scale_map ON COMMIT DROP AS
-           SELECT s.index, s.id AS scenario_id, s.testcase_id, s.inputs, t.id AS trace_id,
-                  t.created_at AS trace_time, t.duration_ms
-           FROM runs_scenario s JOIN runs_trace t
-             ON t.project_id = %(project)s AND t.trace_id = md5(%(run)s || '-' || s.index)
-           WHERE s.run_id = %(run)s""",
-        p,
-    )
-    cursor.execute("ANALYZE scale_map")
-    cursor.execute(
-        """INSERT INTO runs_span (project_id, trace_id, span_id, parent_id, name, kind, start_time, end_time,
-                                  status, status_message, attributes, trace_time)
-           SELECT %(project)s, m.trace_id, 'root', '', 'app', 'workflow', now(), now(), 'ok', '',
-                  jsonb_build_object('ag', jsonb_build_object('data', jsonb_build_object(
-                      'inputs', m.inputs, 'outputs', 'Answer ' || m.index || ' from run ' || %(run)s))),
-                  m.trace_time
-           FROM scale_map m""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, testcase_id,
-                                    created_at, updated_at)
-           SELECT %(project)s, %(run)s, m.scenario_id, %(input)s, 0, 'success', m.testcase_id, now(), now()
-           FROM scale_map m""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, trace_id,
-                                    duration_ms, created_at, updated_at)
-           SELECT %(project)s, %(run)s, m.scenario_id, %(invocation)s, 0, 'success', m.trace_id, m.duration_ms,
-                  now(), now()
-           FROM scale_map m""",
-        p,
-    )
-    for revision, outputs in zip(revisions, OUTPUTS.values(), strict=True):
-        _seed_annotations(cursor, run, revision, outputs.format(score=score), p)
-    cursor.execute("DROP TABLE scale_map")
-
-
-def _seed_annotations(cursor, run: Run, revision, outputs_sql: str, p: dict) -> None:
-    p = {
-        **p,
-        "step": run.steps.get(revision=revision).key,
-        "revision": revision.pk,
-        "evaluator": revision.evaluator_id,
-        "slug": revision.evaluator.slug,
-    }
-    cursor.execute(
-        f"""WITH annotated AS (
-                INSERT INTO runs_annotation (project_id, trace_id, span_id, outputs, evaluator_id, evaluator_slug,
-                                             revision_id, origin, channel, details, history, created_at, updated_at)
-                SELECT %(project)s, m.trace_id, 'root', {outputs_sql}, %(evaluator)s, %(slug)s, %(revision)s,
-                       'auto', 'api', '{{}}', '[]', now(), now()
-                FROM scale_map m WHERE m.index %% 100 <> 7
-                RETURNING id, trace_id
-            )
-            INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, annotation_id,
-                                     duration_ms, created_at, updated_at)
-            SELECT %(project)s, %(run)s, m.scenario_id, %(step)s, 0, 'success', a.id, 1, now(), now()
-            FROM annotated a JOIN scale_map m ON m.trace_id = a.trace_id""",
-        p,
-    )
-    cursor.execute(
-        """INSERT INTO runs_result (project_id, run_id, scenario_id, step_key, repeat_idx, status, error,
-                                    created_at, updated_at)
-           SELECT %(project)s, %(run)s, m.scenario_id, %(step)s, 0, 'error',
-                  '{"code": "judge_timeout", "type": "TimeoutError", "message": "no answer in 30 s"}'::jsonb,
-                  now(), now()
-           FROM scale_map m WHERE m.index %% 100 = 7""",
-        p,
-    )
 
 
 # --- measuring ----------------------------------------------------------------------------------
@@ -355,9 +171,13 @@ def measure(n: int, base: Run, cand: Run, requests: int, repeat: int) -> dict[st
         if m["column"]["kind"] == "annotation" and m["column"]["name"].endswith(".score")
     )
     middle = max(1, -(-n // 50) // 2)
-    table_url = f"{run_url}?sort=-{score}&page={middle}"
+    # The middle page as its links reach it (by cursor), and as an old ?page= link does.
+    query = selectors.TableQuery.from_params(QueryDict(f"sort=-{score}"))
+    after = selectors.table_page(base, query, offset=max((middle - 1) * 50 - 1, 0), limit=1).next
+    table_url = f"{run_url}?sort=-{score}&cursor={after.encode()}"
+    offset_url = f"{run_url}?sort=-{score}&page={middle}"
     table = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-scenarios"}
-    drill_url = f"{run_url}scenarios/{n // 2 + 321}/"
+    drill_url = f"{run_url}scenarios/{min(n - 1, n // 2 + 321)}/"
     compare_url = f"/p/{slug}/runs/compare?runs={base.pk},{cand.pk}"
     found_caches = compare_caches_clear()
     if not found_caches:
@@ -377,6 +197,7 @@ def measure(n: int, base: Run, cand: Run, requests: int, repeat: int) -> dict[st
     figures: dict[str, Callable[[], float]] = {
         "run page": page(run_url),
         "table page": page(table_url, **table),
+        "table page by ?page=": page(offset_url, **table),
         "drill-in": page(drill_url),
         "compare, cold": lambda: median_ms(
             lambda: get_ok(client, compare_url), repeat, before=compare_caches_clear
