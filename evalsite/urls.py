@@ -47,3 +47,5 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
 ]
+
+handler400 = "evalsite.views.bad_request"

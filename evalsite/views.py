@@ -11,7 +11,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -175,3 +175,12 @@ def api_key_revoke(request, project, key_id):
     key.revoke()
     messages.success(request, f"Key {key.name} revoked.")
     return redirect("project-settings", slug=project.slug)
+
+
+def bad_request(request, exception=None):
+    """The 400 page (``handler400``): the reason a view gave with ``BadRequest`` (its own words:
+    "q: must not contain a NUL character"), the generic sentence for anything else (a
+    ``SuspiciousOperation``'s text is not the user's to read)."""
+    message = str(exception) if type(exception) is BadRequest else ""
+    return render(request, "400.html", {"message": message}, status=400)
+

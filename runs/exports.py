@@ -121,10 +121,14 @@ def _root_joins(result: str) -> str:
     """Joins the root span of the trace of the cell ``result`` by its ``root_span_id``; the
     trace's created_at is its spans' day, the partition key, so a lookup reads one partition."""
     t, p = f"{result}t", f"{result}p"
+    # LATERAL ... OFFSET 0: a lookup by index per row, never a hash of the whole table, so an
+    # export costs its own run's rows however many traces other runs and projects hold.
     return (
-        f" LEFT JOIN runs_trace {t} ON {t}.id = {result}.trace_id"
-        f" LEFT JOIN runs_span {p} ON {p}.trace_id = {t}.id AND {p}.trace_time = {t}.created_at"
-        f" AND {p}.span_id = {t}.root_span_id AND {p}.parent_id = ''"
+        f" LEFT JOIN LATERAL (SELECT id, created_at, root_span_id FROM runs_trace"  # noqa: S608
+        f" WHERE id = {result}.trace_id OFFSET 0) {t} ON true"
+        f" LEFT JOIN LATERAL (SELECT span_id, attributes FROM runs_span"
+        f" WHERE trace_id = {t}.id AND trace_time = {t}.created_at"
+        f" AND span_id = {t}.root_span_id AND parent_id = '' OFFSET 0) {p} ON true"
     )
 
 
@@ -210,7 +214,10 @@ def _run_cells(run: Run, repeat: int, q: _Select) -> list[_Cell]:
             present = q.column(f"{ok} AND {r}.trace_id IS NOT NULL")
         else:
             if r not in joined:
-                q.join(f" LEFT JOIN runs_annotation {r}a ON {r}a.id = {r}.annotation_id")
+                q.join(
+                    f" LEFT JOIN LATERAL (SELECT outputs FROM runs_annotation"  # noqa: S608
+                    f" WHERE id = {r}.annotation_id OFFSET 0) {r}a ON true"
+                )
             value = q.column(f"CASE WHEN {ok} THEN {r}a.outputs #> %s::text[] END", path[4:])
             present = q.column(f"{ok} AND {r}.annotation_id IS NOT NULL")
         joined.add(r)
@@ -233,8 +240,9 @@ def _run_result(run: Run, step: str, repeat: int, q: _Select) -> str:
         )
     else:
         q.join(
-            f" LEFT JOIN runs_result {r} ON {r}.run_id = %s AND {r}.scenario_id = s.id"
-            f" AND {r}.step_key = %s AND {r}.repeat_idx = 0",
+            " LEFT JOIN LATERAL (SELECT error, trace_id, annotation_id FROM runs_result"  # noqa: S608
+            " WHERE run_id = %s AND scenario_id = s.id AND step_key = %s AND repeat_idx = 0"
+            f" OFFSET 0) {r} ON true",
             run.pk,
             step,
         )

@@ -249,7 +249,10 @@ def _input_path(run: Run, name: str) -> list[str] | None:
 
 
 def table_query_check(run: Run, query: TableQuery) -> None:
-    """Refuse a sort or a range on a column the run's table cannot sort or range by."""
+    """Refuse a sort or a range on a column the run's table cannot sort or range by, and a
+    search PostgreSQL cannot hold (a NUL character)."""
+    if "\x00" in query.q:
+        raise InvalidInput({"q": ["must not contain a NUL character"]})
     if query.sort not in ("", "index") and not (
         metric_column(run, query.sort) or _input_path(run, query.sort) is not None
     ):

@@ -212,8 +212,8 @@ def whole_param(request, name: str, default: int) -> int:
     raw = request.query_params.get(name, "")
     if raw == "":
         return default
-    if not raw.isdecimal():
-        raise InvalidInput({name: ["must be a whole number (0 or more)"]})
+    if not raw.isdecimal() or len(raw) > 9:
+        raise InvalidInput({name: ["must be a whole number (0 or more, at most 9 digits)"]})
     return int(raw)
 
 

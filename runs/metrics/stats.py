@@ -695,7 +695,6 @@ def scenarios_refresh(*, run, scenario_ids: list[int] | None) -> None:
     steps = list(run.steps.filter(type__in=["annotation", "invocation"]).select_related("revision"))
     specs = _specs_of(steps, fresh=False)
     invocations = [s.key for s in steps if s.type == "invocation"]
-    sql = _per_scenario_sql(specs, invocations)
     kept = _kept(specs, invocations)
     params = {
         "run": run.pk,
@@ -711,19 +710,20 @@ def scenarios_refresh(*, run, scenario_ids: list[int] | None) -> None:
             cursor.execute("SELECT set_config('work_mem', '64MB', true)")
             jit_off(cursor)
             _values_prune(cursor, run, kept)
-            cursor.execute(sql.replace("{ids}", ""), {**params, "prune": False, "ids": []})
+            cursor.execute(
+                _per_scenario_sql(specs, invocations, batch=False),
+                {**params, "prune": False, "ids": []},
+            )
         else:
+            sql = _per_scenario_sql(specs, invocations, batch=True)
             for start in range(0, len(ids), REFRESH_BATCH):
                 batch = ids[start : start + REFRESH_BATCH]
-                cursor.execute(
-                    sql.replace("{ids}", "AND s.id = ANY(%(ids)s)"),
-                    {**params, "prune": True, "ids": batch},
-                )
+                cursor.execute(sql, {**params, "prune": True, "ids": batch})
 
 
-def _per_scenario_sql(specs: dict, invocations: list[str]) -> str:
-    """One statement for the per-scenario rows and read-model values of some scenarios
-    (``{ids}``). ``per`` has each scenario's aggregates: per annotation step how many cells,
+def _per_scenario_sql(specs: dict, invocations: list[str], *, batch: bool) -> str:
+    """One statement for the per-scenario rows and read-model values of the run's scenarios,
+    or with ``batch`` of those in ``%(ids)s``. ``per`` has each scenario's aggregates: per annotation step how many cells,
     how many errored and each metric (the mean over repeats of a number, the rate of a
     boolean, one of the values of a string); per invocation step how many cells, how many
     errored and the mean duration, tokens and cost of its successful ones. From it: the
@@ -773,6 +773,7 @@ def _per_scenario_sql(specs: dict, invocations: list[str]) -> str:
             f"CASE WHEN {cells} > 0 THEN jsonb_build_object({step}, {_json_object(pairs)}) ELSE '{{}}'::jsonb END"
         )
     held = ", ".join(f"({step}, {key}, {v}, {e}, {c})" for step, key, v, e, c in stored)
+    some = "AND s.id = ANY(%(ids)s)" if batch else ""
     return f"""
         WITH per AS MATERIALIZED (
             SELECT {", ".join(aggregates)}
@@ -782,7 +783,7 @@ def _per_scenario_sql(specs: dict, invocations: list[str]) -> str:
             LEFT JOIN runs_annotation a ON a.id = r.annotation_id
             LEFT JOIN runs_trace t ON t.id = r.trace_id AND r.step_key = ANY(%(invocations)s)
             CROSS JOIN LATERAL (SELECT {", ".join(values) or "NULL AS v"}) vals
-            WHERE s.run_id = %(run)s {{ids}}
+            WHERE s.run_id = %(run)s {some}
             GROUP BY s.id
         ), metrics AS (
             INSERT INTO runs_runmetrics (run_id, scenario_id, bucket_start, data, refreshed_at)

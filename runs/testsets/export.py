@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 from evalsite.errors import InvalidInput
 from runs.bulk import COPY_LINES, copy_out
@@ -41,9 +41,14 @@ def testset_export(
     return _text(chunks, tail="]\n" if format == "json" else "")
 
 
-def _text(chunks: Iterator[bytes], tail: str) -> Iterator[str]:
-    for chunk in chunks:  # whole rows: never a character cut in two
-        yield chunk.decode()
+def _text(chunks: Generator[bytes, None, None], tail: str) -> Iterator[str]:
+    """The chunks as text; closed early (a client that left), it closes them, which cancels
+    the ``COPY`` at once rather than whenever the generator is collected."""
+    try:
+        for chunk in chunks:  # whole rows: never a character cut in two
+            yield chunk.decode()
+    finally:
+        chunks.close()
     if tail:
         yield tail
 

@@ -321,7 +321,9 @@ def _table(request, run: Run) -> dict:
     params = request.GET
     query = selectors.TableQuery.from_params(params)
     cursor = selectors.Cursor.decode(params["cursor"]) if params.get("cursor") else None
-    number = int(params["page"]) if params.get("page", "").isdecimal() else 1
+    page_param = params.get("page", "")
+    # Nine digits at most: beyond them no run has the page (and int() of thousands refuses).
+    number = int(page_param) if page_param.isdecimal() and len(page_param) <= 9 else 1
     page = selectors.table_page(
         run, query, cursor=cursor, offset=max(number - 1, 0) * PAGE_SIZE, limit=PAGE_SIZE
     )
@@ -344,14 +346,15 @@ def _table(request, run: Run) -> dict:
 
 
 def _page_links(params, page: selectors.TablePage) -> dict:
-    """The Next and Previous links' query strings ("" for none). The page before the second is
-    the first: a plain link, with no cursor to read back from."""
+    """The Next and Previous links ("?" and their query strings; "" for none). The page before
+    the second is the first: a plain link, with no cursor to read back from (and, without
+    filters or a sort, an empty query: "?")."""
     links = {"next_url": "", "previous_url": ""}
     if page.next:
-        links["next_url"] = _with(params, cursor=page.next.encode(), page=None)
+        links["next_url"] = "?" + _with(params, cursor=page.next.encode(), page=None)
     if page.previous:
         back = page.previous.encode() if page.previous.rank > PAGE_SIZE else None
-        links["previous_url"] = _with(params, cursor=back, page=None)
+        links["previous_url"] = "?" + _with(params, cursor=back, page=None)
     return links
 
 

@@ -214,6 +214,19 @@ def test_it_writes_every_scenarios_values_again_when_a_key_appears(project):
     )
 
 
+def test_a_key_that_reads_like_sql_or_a_placeholder_is_just_a_key(project):
+    keys = ["{ids}", "100%", "it's"]
+    run, _ = _logged_run(project, [{k: float(i + n) for n, k in enumerate(keys)} for i in range(3)])
+    metrics.scenarios_refresh(run=run, scenario_ids=None)
+    metrics.run_refresh(run=run)  # infers the keys
+    second = run.scenarios.get(index=1)
+    metrics.scenarios_refresh(run=run, scenario_ids=[second.pk])  # the batch statement
+    metrics.scenarios_refresh(run=run, scenario_ids=None)  # the whole-run statement
+    for n, key in enumerate(keys):
+        values = dict(ScenarioValue.objects.filter(run=run, key=key).values_list("index", "value"))
+        assert values == {i: float(i + n) for i in range(3)}, key
+
+
 def test_it_removes_values_of_a_key_that_is_no_longer_a_number(project):
     run, steps = _logged_run(project, [{"score": 0.5, "tag": 1} for _ in range(3)])
     metrics.scenarios_refresh(run=run, scenario_ids=None)

@@ -201,10 +201,27 @@ def test_it_refuses_a_cursor_or_a_column_it_cannot_read(owner_client, judged):
         ("sort=judge.score&cursor=a0~1~3~~", "cursor"),  # a row of the index order
         ("sort=nope", "sort"),
         ("column=q&low=1", "column"),
+        ("q=a%00b", "q"),
     ]:
         response = owner_client.get(f"{url}?{params}")
         assert response.status_code == 400, params
         assert field in response.content.decode()
+    # The export is refused before it streams: no 200 whose body breaks off.
+    response = owner_client.get(f"{url}export?format=csv&q=%00")
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
+
+
+def test_the_second_page_of_a_plain_table_links_back_to_the_first(owner_client, project):
+    run = _engine_run(project, 70, *_app_and_judge(project))
+    fragment = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-scenarios"}
+    url = f"/p/acme/runs/{run.pk}/"
+    first = owner_client.get(url, **fragment).content.decode()
+    second = owner_client.get(url + _link(first, "next"), **fragment).content.decode()
+    assert "51–70 of 70" in second and 'rel="next"' not in second
+    assert _link(second, "prev") == "?"  # no filter, no sort: the page itself
+    back = owner_client.get(url + _link(second, "prev"), **fragment).content.decode()
+    assert _rows(back) == _rows(first) and "1–50 of 70" in back
 
 
 def test_the_pages_links_carry_cursors_and_read_both_ways(owner_client, project):
@@ -328,6 +345,8 @@ def test_the_api_keeps_its_offset_and_limit(api, judged):
         ("column=judge.score&low=high", "low"),
         ("column=q&high=2", "column"),
         ("offset=-1", "offset"),
+        ("offset=" + "9" * 5000, "offset"),
+        ("limit=18446744073709551616", "limit"),
     ],
 )
 def test_the_api_names_a_parameter_it_cannot_read(api, judged, params, field):
