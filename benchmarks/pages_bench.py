@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import metrics_bench
+from django.conf import settings
 from django.db import connection, reset_queries
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -67,6 +68,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--run", type=int, help="Measure this already seeded run.")
     args = parser.parse_args()
+    # Pages render without collectstatic's manifest (a fresh checkout has none).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
     run = Run.objects.get(pk=args.run) if args.run else seeded(args.scenarios)
     user = user_get_or_create(username="bench-viewer")

@@ -282,6 +282,9 @@ def run_export_sql(run: Run, query: selectors.TableQuery, *, fmt: str) -> tuple[
     q = _Select()
     cells = _run_cells(run, query.repeat, q)
     order = _run_order(run, query, q)
+    # In index order the rows come so from the scenarios' (run, index) index through the
+    # lookups, and stream as they come: no sort of the whole run before the first byte.
+    by_index = f" ORDER BY s.{order[2:]}" if order in ("x.index ASC", "x.index DESC") else ""
     if fmt == "csv":
         outer = ", ".join(
             [
@@ -314,7 +317,7 @@ def run_export_sql(run: Run, query: selectors.TableQuery, *, fmt: str) -> tuple[
         options = COPY_LINES
     inner = (
         f"SELECT s.index, s.status{''.join(', ' + c for c in q.columns)} "
-        f"{found.sql(''.join(q.joins))} OFFSET 0"
+        f"{found.sql(''.join(q.joins))}{by_index} OFFSET 0"
     )
     sql = f"COPY (SELECT {outer} FROM ({inner}) x ORDER BY {order}) TO STDOUT {options}"  # noqa: S608
     params = [
