@@ -183,4 +183,3 @@ def bad_request(request, exception=None):
     ``SuspiciousOperation``'s text is not the user's to read)."""
     message = str(exception) if type(exception) is BadRequest else ""
     return render(request, "400.html", {"message": message}, status=400)
-
