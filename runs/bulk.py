@@ -67,6 +67,26 @@ COPY_CHUNK_BYTES = 256 * 1024
 COPY_LINES = "(FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
 
 
+# An export's plan costs enough to be compiled (JIT), which takes seconds for its hundreds of
+# cell expressions and saves less than that. Its lookups are by unique key, one per row and never
+# repeated, so a cache in front of each (Memoize) only adds its own work: a fifth of a run
+# export's time, measured (benchmarks/export_bench.py).
+_EXPORT_PLANNER = {"jit": "off", "enable_memoize": "off"}
+
+
+def _planner_set(cursor, settings: dict[str, str]) -> dict[str, str]:
+    """Sets ``settings`` for this connection and gives the values they replace. In a transaction
+    they are set for it alone (as a caller's own ``SET LOCAL`` would be), so they end with it
+    whatever happens; outside one, for the session, until set back."""
+    cursor.execute(
+        "SELECT p.name, p.old, set_config(p.name, p.new, %s) FROM (SELECT name, new,"
+        " current_setting(name) AS old FROM unnest(%s::text[], %s::text[]) AS u(name, new)"
+        " OFFSET 0) p",  # OFFSET 0: each old value is read before it is set
+        [not connection.get_autocommit(), list(settings), list(settings.values())],
+    )
+    return {name: old for name, old, _ in cursor.fetchall()}
+
+
 def copy_out(
     sql: str,
     params: Sequence = (),
@@ -85,9 +105,7 @@ def copy_out(
     cancels the statement and drains what was already sent, so the server stops working and
     the connection is clean for its next use."""
     with connection.cursor() as cursor:
-        # An export's plan costs enough to be compiled (JIT), which takes seconds for its
-        # hundreds of cell expressions and saves less than that.
-        cursor.execute("SET jit = off")
+        previous = _planner_set(cursor, _EXPORT_PLANNER)
         log = getattr(cursor, "debug_sql", None)  # query logs and counts see it, under DEBUG
         try:
             with (
@@ -108,4 +126,4 @@ def copy_out(
                     yield bytes(buffer)
         finally:
             with suppress(DatabaseError):  # in a failed transaction its rollback undoes the SET
-                cursor.execute("RESET jit")
+                _planner_set(cursor, previous)

@@ -266,6 +266,29 @@ def test_it_streams_in_chunks_of_whole_rows(viewer_client, project, judge, monke
     assert [r["index"] for r in rows] == list(range(29, -1, -1))
 
 
+@pytest.mark.parametrize(
+    "db_mode",
+    [
+        pytest.param("transaction", marks=pytest.mark.django_db),
+        pytest.param("autocommit", marks=pytest.mark.django_db(transaction=True)),
+    ],
+)
+def test_its_planner_settings_end_with_the_export(viewer_client, project, judge, db_mode):
+    """An export plans without JIT and Memoize; the connection goes back to its own settings
+    for the next request's queries, in a transaction (set for it alone) as in autocommit."""
+
+    def settings() -> tuple:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('jit'), current_setting('enable_memoize')")
+            return cursor.fetchone()
+
+    run = scored_run(project, questions(project, 3), judge.head, scores([0.1, 0.2, 0.3]))
+    before = settings()
+    assert before[1] == "on"
+    assert body(viewer_client.get(f"/p/acme/runs/{run.pk}/export?format=csv")).count("\r\n") == 4
+    assert settings() == before
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_it_reads_as_many_queries_for_30_rows_as_for_3(viewer_client, project, judge, fmt):
     counts = []
