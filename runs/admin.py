@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db.models.functions import Length
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
@@ -22,6 +23,7 @@ from runs.models import (
     RunStep,
     Scenario,
     ScenarioValue,
+    ScenarioValuePack,
     Session,
     SessionRuleState,
     Span,
@@ -375,6 +377,31 @@ class ScenarioValueAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     raw_id_fields = ["run", "scenario"]
     show_full_result_count = False  # millions of rows: no count(*) per page
+
+
+@admin.register(ScenarioValuePack)
+class ScenarioValuePackAdmin(ReadOnlyAdmin):
+    """The read model packed for comparisons, to see which runs have packs and of which
+    refresh: rewritten after a finished run's refresh, never by hand. The bytes stay out of
+    the page (megabytes at a million scenarios); their sizes are shown."""
+
+    list_display = ["run", "step_key", "key", "scenarios", "refreshed_at"]
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+    exclude = ["indexes", "numbers", "errored"]
+    readonly_fields = ["scenarios"]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .defer("indexes", "numbers", "errored")
+            .annotate(packed=Length("indexes"))
+        )
+
+    @admin.display(description="scenarios")
+    def scenarios(self, obj) -> int:
+        return obj.packed // 4
 
 
 class OnlineRuleAdminForm(forms.ModelForm):

@@ -757,6 +757,34 @@ class ScenarioValue(models.Model):
         return f"{self.step_key}.{self.key} of scenario {self.index}"
 
 
+class ScenarioValuePack(models.Model):
+    """A finished run's read model packed for comparisons: per step and metric key, every
+    scenario's index and value as two byte strings of big-endian numbers (int4 and float8, NaN
+    without a value) and the indexes errored without a value, read by numpy without a row per
+    scenario; one more pack (step and key empty) holds the indexes of the run's scenarios with a
+    testcase. Stamped with the refresh it was packed from (the run's ``metrics_refreshed_at``): a
+    reader uses a pack whose stamp is the run's and otherwise reads ``ScenarioValue``.
+
+    Written by ``metrics.values_pack`` after a finished run's read model refresh, never by a
+    request."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    step_key = models.CharField(max_length=200, blank=True)
+    key = models.TextField(blank=True)
+    indexes = models.BinaryField(help_text="Scenario indexes, int4 big-endian, ascending.")
+    numbers = models.BinaryField(help_text="Their values, float8 big-endian, NaN without one.")
+    errored = models.BinaryField(help_text="Indexes errored without a value, int4 big-endian.")
+    refreshed_at = models.DateTimeField(help_text="The run's metrics_refreshed_at it is of.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step_key", "key"], name="valuepack_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_key}.{self.key} of run {self.run_id} (packed)"
+
+
 class InferredSchema(models.Model):
     """The outputs schema inferred from every output stored for a revision that has none.
 

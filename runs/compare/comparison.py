@@ -315,7 +315,11 @@ def _read_model_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int
     cells = [
         [(run.pk, m.steps[run.pk], ".".join(m.paths[run.pk])) for m in metrics] for run in runs
     ]
-    read = read_model_values([run.pk for run in runs], [c for cs in cells for c in cs])
+    read = read_model_values(
+        [run.pk for run in runs],
+        [c for cs in cells for c in cs],
+        {run.pk: run.metrics_refreshed_at for run in runs},
+    )
     found = {}
     for run, run_cells in zip(runs, cells, strict=True):
         indexes = read.present.get(run.pk, np.empty(0, dtype=np.int64))

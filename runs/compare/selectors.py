@@ -22,25 +22,36 @@ Cell = tuple[int, str, str]  # (run id, step key, metric key): one metric of one
 # int16 field count and (int32 length + data) per field, an int16 -1 as trailer.
 _HEADER = 19
 _FIELD = struct.Struct(">i")
-_ARRAY_HEADER = 20  # ndim, has-nulls flag, element type, then one dimension's size and bound
-_ELEMENTS = {
-    "index": np.dtype([("length", ">i4"), ("value", ">i4")]),
-    "value": np.dtype([("length", ">i4"), ("value", ">f8")]),
-}
+# Each part's arrays come as bytea of big-endian numbers (int4send, float8send): as packed in
+# ScenarioValuePack, and as the rows give them when a run has no current pack.
+_ELEMENTS = {"index": np.dtype(">i4"), "value": np.dtype(">f8")}
 _PRESENT, _VALUES, _ERRORED = 0, 1, 2
-_PRESENT_SQL = (
-    "SELECT %s::int2, %s::int2, array_agg(index), NULL::float8[] "
-    "FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL"
+# A run's pack of a cell, read while its stamp is the run's last refresh; the rows are read
+# instead when there is none (HAVING: then the aggregate gives no row and scans nothing).
+_PACK_SQL = (
+    "SELECT %s::int2, %s::int2, {fields} FROM runs_scenariovaluepack "
+    "WHERE run_id = %s AND step_key = %s AND key = %s AND refreshed_at = %s"
 )
-# ORDER BY the index's own order: an index-only scan of scenariovalue_sort.
+_UNPACKED = (
+    " HAVING NOT EXISTS (SELECT FROM runs_scenariovaluepack WHERE run_id = %s AND step_key = %s"
+    " AND key = %s AND refreshed_at = %s)"
+)
+_PRESENT_SQL = (
+    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), NULL::bytea "
+    "FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL" + _UNPACKED
+)
+# ORDER BY the index's own order: an index-only scan of scenariovalue_sort; both aggregates
+# take the rows in that one order.
 _VALUES_SQL = (
-    "SELECT %s::int2, %s::int2, array_agg(index), array_agg(coalesce(value, 'NaN'::float8)) "
+    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), "  # noqa: S608
+    "string_agg(float8send(coalesce(value, 'NaN'::float8)), '') "
     "FROM (SELECT index, value FROM runs_scenariovalue "
-    "WHERE run_id = %s AND step_key = %s AND key = %s ORDER BY value, index) v"
+    "WHERE run_id = %s AND step_key = %s AND key = %s ORDER BY value, index) v" + _UNPACKED
 )
 _ERRORED_SQL = (
-    "SELECT %s::int2, %s::int2, array_agg(index), NULL::float8[] FROM runs_scenariovalue "
-    "WHERE run_id = %s AND step_key = %s AND key = %s AND value IS NULL AND errors > 0"
+    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), NULL::bytea "
+    "FROM runs_scenariovalue WHERE run_id = %s AND step_key = %s AND key = %s "
+    "AND value IS NULL AND errors > 0" + _UNPACKED
 )
 
 
@@ -53,20 +64,32 @@ class ReadModelValues:
     errored: dict[Cell, np.ndarray] = field(default_factory=dict)  # errored, without a value
 
 
-def read_model_values(run_ids: list[int], cells: list[Cell]) -> ReadModelValues:
+def read_model_values(
+    run_ids: list[int], cells: list[Cell], refreshed: dict[int, datetime | None] | None = None
+) -> ReadModelValues:
     """The scenarios (with a testcase) of these runs and each cell's per-scenario values (NaN
-    without one) and errored scenarios, in ONE statement: an index-only scan of
-    ``scenariovalue_sort`` per cell (the ORDER BY picks it), the few NULL values' errors from the
-    same index, the runs' scenario indexes. Each part comes back as one row of arrays in binary,
-    so the rows are a few messages parsed by numpy, never 100,000 Python objects. A cell the
-    read model has no row for is left out of ``values`` (the caller reads it elsewhere)."""
+    without one) and errored scenarios, in ONE statement. A run whose packs are of its last
+    refresh (``refreshed``: run id -> its ``metrics_refreshed_at``) is read from them: one
+    value per part. Otherwise from the rows: an index-only scan of ``scenariovalue_sort`` per
+    cell (the ORDER BY picks it), the few NULL values' errors from the same index, the runs'
+    scenario indexes. Either way each part comes back as one row of byte strings in binary,
+    parsed by numpy, never 100,000 Python objects. A cell the read model has no row for is left
+    out of ``values`` (the caller reads it elsewhere)."""
+    refreshed = refreshed or {}
     parts, params = [], []
-    for i, run_id in enumerate(run_ids):
-        parts.append(_PRESENT_SQL)
-        params += [_PRESENT, i, run_id]
+
+    def part(kind: int, i: int, cell: Cell, fields: str, rows_sql: str, rows_params) -> None:
+        """The pack's ``fields`` when current, else ``rows_sql`` (its parameters after kind
+        and i: ``rows_params``, then the pack's cell and stamp for ``_UNPACKED``)."""
+        stamp = refreshed.get(cell[0])
+        parts.extend([_PACK_SQL.format(fields=fields), rows_sql])
+        params.extend([kind, i, *cell, stamp, kind, i, *rows_params, *cell, stamp])
+
+    for i, run_id in enumerate(run_ids):  # the run's pack of its scenarios: step and key empty
+        part(_PRESENT, i, (run_id, "", ""), "indexes, NULL::bytea", _PRESENT_SQL, [run_id])
     for i, cell in enumerate(cells):
-        parts += [_VALUES_SQL, _ERRORED_SQL]
-        params += [_VALUES, i, *cell, _ERRORED, i, *cell]
+        part(_VALUES, i, cell, "indexes, numbers", _VALUES_SQL, cell)
+        part(_ERRORED, i, cell, "errored, NULL::bytea", _ERRORED_SQL, cell)
     # Values are parameters; the text joined is this module's own SQL.
     sql = f"COPY ({' UNION ALL '.join(parts)}) TO STDOUT (FORMAT binary)"
     found = ReadModelValues()
@@ -98,16 +121,15 @@ def _copy_rows(sql: str, params: list):
 
 
 def _array(data, pos: int, kind: str) -> tuple[np.ndarray, int]:
-    """One array field without NULL elements (or a NULL field: empty) as a native numpy array,
-    and where the next field starts."""
+    """One field of big-endian numbers (a NULL field: none) as a native numpy array, and where
+    the next field starts."""
     (length,) = _FIELD.unpack_from(data, pos)
     pos += 4
-    native = _ELEMENTS[kind]["value"].newbyteorder("=")
-    if length < _ARRAY_HEADER:  # NULL (-1: array_agg of no rows), or no dimension
-        return np.empty(0, dtype=native), pos + max(length, 0)
-    count = (length - _ARRAY_HEADER) // _ELEMENTS[kind].itemsize
-    elements = np.frombuffer(data, dtype=_ELEMENTS[kind], count=count, offset=pos + _ARRAY_HEADER)
-    return elements["value"].astype(native), pos + length
+    dtype = _ELEMENTS[kind]
+    if length <= 0:  # NULL (-1: string_agg of no rows) or empty
+        return np.empty(0, dtype=dtype.newbyteorder("=")), pos + max(length, 0)
+    elements = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=pos)
+    return elements.astype(dtype.newbyteorder("=")), pos + length
 
 
 _VALUE = (

@@ -11,6 +11,7 @@ from runs.metrics.backfill import (
     schema_validate,
 )
 from runs.metrics.mappings import mappings_build, mappings_refresh_deferred
+from runs.metrics.packs import values_pack
 from runs.metrics.schema import (
     OUTPUTS_PREFIX,
     MetricSpec,
@@ -50,4 +51,5 @@ __all__ = [
     "schema_metrics",
     "schema_validate",
     "step_specs",
+    "values_pack",
 ]

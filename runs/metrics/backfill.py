@@ -17,6 +17,7 @@ from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
 from runs import queue
 from runs.metrics.mappings import mappings_build
+from runs.metrics.packs import values_pack
 from runs.metrics.schema import schema_metrics
 from runs.metrics.stats import run_refresh, scenarios_refresh
 from runs.models import Annotation, Run
@@ -104,6 +105,7 @@ def run_mappings_and_metrics_refresh(*, run_id: int) -> None:
     run.refresh_from_db()
     scenarios_refresh(run=run, scenario_ids=None)  # the schema's keys are new columns
     run_refresh(run=run)
+    values_pack(run=run)
 
 
 def disagreeing_outputs(

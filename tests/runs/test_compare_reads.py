@@ -1,9 +1,12 @@
-"""How a comparison reads its values: from the read model (ScenarioValue, one COPY for every
-run) when it holds the runs' cells, the same figures as digging them out of the results; from
-the results for what it does not hold; and a constant number of queries per page, however many
-scenarios the runs have."""
+"""How a comparison reads its values: from a finished run's packs (ScenarioValuePack) while they
+are of its last refresh, else from the read model (ScenarioValue, one COPY for every run) when it
+holds the runs' cells, the same figures as digging them out of the results; from the results for
+what it does not hold; and a constant number of queries per page, however many scenarios the
+runs have."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -11,10 +14,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from evaluators.services import evaluator_create
-from runs import compare
+from runs import compare, engine, metrics
 from runs.applications import application_create
 from runs.engine import results_log, run_close, run_create_logged
-from runs.models import Application, Run, ScenarioValue
+from runs.models import Application, Run, RunStatus, ScenarioValue, ScenarioValuePack
 from tests.runs.test_compare import JUDGE_SCHEMA, questions, scored_run, scores
 
 HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "compare-rows"}
@@ -93,6 +96,12 @@ def test_it_reads_the_same_values_from_the_read_model_as_from_the_results(projec
     assert any(sql.startswith("COPY (") for sql in statements)
     assert not any("runs_annotation" in sql for sql in statements)
 
+    # Without its packs, from the read model's rows.
+    ScenarioValuePack.objects.filter(run=run).delete()
+    from_rows, statements = values_read(run, comparison)
+    assert any(sql.startswith("COPY (") for sql in statements)
+    assert_same(from_read_model, from_rows)
+
     # The read model behind its run's last cell: the values come from the results.
     Run.objects.filter(pk=run.pk).update(metrics_refreshed_at=None)
     run.refresh_from_db()
@@ -115,6 +124,7 @@ def test_it_reads_a_key_the_read_model_has_no_row_of_from_the_results(project, j
     comparison = compare.comparison_get(project=project, run_ids=[str(r.pk) for r in runs])
     expected, _ = values_read(runs[0], comparison)
     ScenarioValue.objects.filter(run=runs[0], key="score").delete()
+    ScenarioValuePack.objects.filter(run=runs[0], key="score").delete()
     found, statements = values_read(runs[0], comparison)
     assert any(sql.startswith("COPY (") for sql in statements)  # success, from the read model
     assert any("runs_annotation" in sql for sql in statements)  # score, from the results
@@ -127,12 +137,87 @@ def test_it_leaves_out_scenarios_without_a_testcase(project, judge):
     extra = runs[0].scenarios.get(index=2)
     extra.testcase = None  # as if added to a logged run beside its testset's rows
     extra.save(update_fields=["testcase"])
+    metrics.values_pack(run=runs[0])  # its packs, of the scenarios as they are now
     values = compare.comparison_values(
         compare.comparison_get(project=project, run_ids=[str(r.pk) for r in runs])
     )
     base = values[runs[0].pk]
     assert base.present.tolist() == [True, True, False]
     assert np.isnan(base.values["judge.score"][2]) and not base.errors["judge.score"][2]
+
+
+# --- packs ---------------------------------------------------------------------------------------
+
+
+def test_a_finished_runs_comparison_reads_its_packs_while_they_are_current(project, judge):
+    version = questions(project, 6)
+    run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
+    pack = ScenarioValuePack.objects.get(run=run, step_key="", key="")
+    assert pack.refreshed_at == run.metrics_refreshed_at  # packed when the run was closed
+    assert bytes(pack.indexes) == b"".join(i.to_bytes(4, "big") for i in range(6))
+    comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
+    expected, statements = values_read(run, comparison)
+    assert any("runs_scenariovaluepack" in sql for sql in statements)
+
+    # The rows change behind the packs (as no refresh would leave them): the packs are read.
+    ScenarioValue.objects.filter(run=run, value__isnull=False).update(value=42)
+    packed, _ = values_read(run, comparison)
+    assert_same(packed, expected)
+    np.testing.assert_allclose(packed.values["judge.score"], [0.4, 0.9, NAN, NAN, NAN, NAN])
+    assert packed.errors["judge.score"].tolist() == [False, False, True] + [False] * 3
+
+    # A refresh since the packs (stamped later): they are stale, the rows are read.
+    Run.objects.filter(pk=run.pk).update(
+        metrics_refreshed_at=run.metrics_refreshed_at + timedelta(seconds=1)
+    )
+    run.refresh_from_db()
+    rows, _ = values_read(run, comparison)
+    np.testing.assert_allclose(rows.values["judge.score"], [42, 42, NAN, NAN, NAN, NAN])
+    assert rows.errors["judge.score"].tolist() == [False, False, True] + [False] * 3
+
+
+def test_a_refresh_packs_the_run_again_with_its_stamp(project, judge):
+    version = questions(project, 6)
+    run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
+    comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
+    expected, _ = values_read(run, comparison)
+    ScenarioValue.objects.filter(run=run, key="score", value__isnull=False).update(value=42)
+    ScenarioValuePack.objects.filter(run=run).update(numbers=b"")  # as if packed wrong
+
+    engine.read_model_refresh(run_id=run.pk)  # the engine's refresh, on Celery
+
+    run.refresh_from_db()
+    stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
+    assert stamps == {run.metrics_refreshed_at}
+    found, statements = values_read(run, comparison)
+    assert any("runs_scenariovaluepack" in sql for sql in statements)
+    # Packed again from the rows as the refresh leaves them (it recomputes only the scenarios
+    # whose cells landed since: none here), not the emptied packs.
+    np.testing.assert_allclose(found.values["judge.score"], [42, 42, NAN, NAN, NAN, NAN])
+    assert np.array_equal(found.present, expected.present)
+    assert all(np.array_equal(found.errors[k], expected.errors[k]) for k in expected.errors)
+
+
+def test_a_schema_backfill_packs_the_run_again(project, judge):
+    version = questions(project, 3)
+    run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    before = ScenarioValuePack.objects.get(run=run, step_key="", key="").refreshed_at
+    metrics.run_mappings_and_metrics_refresh(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.metrics_refreshed_at > before
+    stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
+    assert stamps == {run.metrics_refreshed_at}
+
+
+def test_a_running_run_is_not_packed_and_loses_its_packs(project, judge):
+    version = questions(project, 3)
+    run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    keys = set(ScenarioValuePack.objects.filter(run=run).values_list("step_key", "key"))
+    assert ("", "") in keys and {k for _, k in keys} >= {"score", "success", "duration"}
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # resumed, say
+    run.refresh_from_db()
+    assert metrics.values_pack(run=run) == 0
+    assert not ScenarioValuePack.objects.filter(run=run).exists()
 
 
 # --- query counts -----------------------------------------------------------------------------
