@@ -70,8 +70,11 @@ COPY_LINES = "(FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
 # An export's plan costs enough to be compiled (JIT), which takes seconds for its hundreds of
 # cell expressions and saves less than that. Its lookups are by unique key, one per row and never
 # repeated, so a cache in front of each (Memoize) only adds its own work: a fifth of a run
-# export's time, measured (benchmarks/export_bench.py).
-_EXPORT_PLANNER = {"jit": "off", "enable_memoize": "off"}
+# export's time, measured (benchmarks/export_bench.py). A comparison's hash joins (one per
+# run's results and read model) and its sort by index fit in 16 MB at 100,000 rows, where the
+# default 4 MB splits them into batches on disk: an eighth of its time. Larger exports still
+# batch, so an export holds at most 16 MB per sort (32 MB per hash) whatever its size.
+_EXPORT_PLANNER = {"jit": "off", "enable_memoize": "off", "work_mem": "16MB"}
 
 
 def _planner_set(cursor, settings: dict[str, str]) -> dict[str, str]:

@@ -274,17 +274,21 @@ def test_it_streams_in_chunks_of_whole_rows(viewer_client, project, judge, monke
     ],
 )
 def test_its_planner_settings_end_with_the_export(viewer_client, project, judge, db_mode):
-    """An export plans without JIT and Memoize; the connection goes back to its own settings
-    for the next request's queries, in a transaction (set for it alone) as in autocommit."""
+    """An export plans without JIT and Memoize, with more work_mem; the connection goes back
+    to its own settings for the next request's queries, in a transaction (set for it alone) as
+    in autocommit."""
 
     def settings() -> tuple:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT current_setting('jit'), current_setting('enable_memoize')")
+            cursor.execute(
+                "SELECT current_setting('jit'), current_setting('enable_memoize'),"
+                " current_setting('work_mem')"
+            )
             return cursor.fetchone()
 
     run = scored_run(project, questions(project, 3), judge.head, scores([0.1, 0.2, 0.3]))
     before = settings()
-    assert before[1] == "on"
+    assert before[1] == "on" and before[2] != "16MB"  # what the export changes, to change back
     assert body(viewer_client.get(f"/p/acme/runs/{run.pk}/export?format=csv")).count("\r\n") == 4
     assert settings() == before
 
