@@ -14,25 +14,24 @@ from django.db import connection, transaction
 from runs.metrics.stats import REFRESH_LOCK
 from runs.models import ACTIVE_RUN_STATUSES, Run
 
+# Each group's rows come in index order from the unique index (run, step_key, key, index), and
+# its aggregates take them in that one order: the indexes and the numbers line up (and ascend)
+# with no sort (an ORDER BY inside each aggregate sorted each group again: 3x the time).
 _PACK_SQL = """
 INSERT INTO runs_scenariovaluepack
     (run_id, step_key, key, indexes, numbers, errored, refreshed_at)
 SELECT %(run)s, step_key, key,
-    string_agg(int4send(index), '' ORDER BY index),
-    string_agg(float8send(coalesce(value, 'NaN'::float8)), '' ORDER BY index),
-    coalesce(string_agg(int4send(index), '' ORDER BY index)
-        FILTER (WHERE value IS NULL AND errors > 0), ''),
-    r.metrics_refreshed_at
-FROM runs_scenariovalue, (SELECT metrics_refreshed_at FROM runs_run WHERE id = %(run)s) r
-WHERE run_id = %(run)s AND r.metrics_refreshed_at IS NOT NULL
-GROUP BY step_key, key, r.metrics_refreshed_at
+    string_agg(int4send(index), ''),
+    string_agg(float8send(coalesce(value, 'NaN'::float8)), ''),
+    coalesce(string_agg(int4send(index), '') FILTER (WHERE value IS NULL AND errors > 0), ''),
+    %(stamp)s
+FROM (SELECT step_key, key, index, value, errors FROM runs_scenariovalue
+      WHERE run_id = %(run)s ORDER BY step_key, key, index) v
+GROUP BY step_key, key
 UNION ALL
-SELECT %(run)s, '', '', coalesce(string_agg(int4send(index), '' ORDER BY index), ''), '', '',
-    r.metrics_refreshed_at
-FROM (SELECT metrics_refreshed_at FROM runs_run WHERE id = %(run)s) r
-LEFT JOIN runs_scenario s ON s.run_id = %(run)s AND s.testcase_id IS NOT NULL
-WHERE r.metrics_refreshed_at IS NOT NULL
-GROUP BY r.metrics_refreshed_at
+SELECT %(run)s, '', '', coalesce(string_agg(int4send(index), ''), ''), '', '', %(stamp)s
+FROM (SELECT index FROM runs_scenario WHERE run_id = %(run)s AND testcase_id IS NOT NULL
+      ORDER BY index) s
 """
 
 
@@ -44,7 +43,15 @@ def values_pack(*, run: Run) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REFRESH_LOCK, run.pk])
         cursor.execute("DELETE FROM runs_scenariovaluepack WHERE run_id = %s", [run.pk])
-        if Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).exists():
+        # The refresh the packs are of: under the lock, no run-wide refresh moves it before
+        # they are written.
+        stamp = (
+            Run.objects.filter(pk=run.pk)
+            .exclude(status__in=ACTIVE_RUN_STATUSES)
+            .values_list("metrics_refreshed_at", flat=True)
+            .first()
+        )
+        if stamp is None:  # running, or never refreshed: nothing to pack
             return 0
-        cursor.execute(_PACK_SQL, {"run": run.pk})
+        cursor.execute(_PACK_SQL, {"run": run.pk, "stamp": stamp})
         return cursor.rowcount
