@@ -77,15 +77,15 @@ COPY_LINES = "(FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
 _EXPORT_PLANNER = {"jit": "off", "enable_memoize": "off", "work_mem": "16MB"}
 
 
-def _planner_set(cursor, settings: dict[str, str]) -> dict[str, str]:
-    """Sets ``settings`` for this connection and gives the values they replace. In a transaction
-    they are set for it alone (as a caller's own ``SET LOCAL`` would be), so they end with it
-    whatever happens; outside one, for the session, until set back."""
+def _planner_set(cursor, settings: dict[str, str], *, local: bool) -> dict[str, str]:
+    """Sets ``settings`` for this connection and gives the values they replace. ``local`` (in a
+    transaction): for it alone, as a caller's own ``SET LOCAL`` would be, so they end with it
+    whatever happens; else for the session, until set back the same way."""
     cursor.execute(
         "SELECT p.name, p.old, set_config(p.name, p.new, %s) FROM (SELECT name, new,"
         " current_setting(name) AS old FROM unnest(%s::text[], %s::text[]) AS u(name, new)"
         " OFFSET 0) p",  # OFFSET 0: each old value is read before it is set
-        [not connection.get_autocommit(), list(settings), list(settings.values())],
+        [local, list(settings), list(settings.values())],
     )
     return {name: old for name, old, _ in cursor.fetchall()}
 
@@ -108,7 +108,9 @@ def copy_out(
     cancels the statement and drains what was already sent, so the server stops working and
     the connection is clean for its next use."""
     with connection.cursor() as cursor:
-        previous = _planner_set(cursor, _EXPORT_PLANNER)
+        # Set back as they were set, even if the transaction ends while the stream is open.
+        local = not connection.get_autocommit()
+        previous = _planner_set(cursor, _EXPORT_PLANNER, local=local)
         log = getattr(cursor, "debug_sql", None)  # query logs and counts see it, under DEBUG
         try:
             with (
@@ -128,5 +130,7 @@ def copy_out(
                 if buffer:
                     yield bytes(buffer)
         finally:
-            with suppress(DatabaseError):  # in a failed transaction its rollback undoes the SET
-                _planner_set(cursor, previous)
+            # In a transaction that failed (a cancelled COPY aborts it) this fails too, and the
+            # rollback that must follow undoes the settings with the rest.
+            with suppress(DatabaseError):
+                _planner_set(cursor, previous, local=local)

@@ -96,8 +96,8 @@ def read_model_values(
     for kind, i, indexes, values in _copy_rows(sql, params):
         if kind == _PRESENT:
             found.present[run_ids[i]] = indexes
-        elif kind == _VALUES and len(indexes):
-            found.values[cells[i]] = (indexes, values)
+        elif kind == _VALUES and len(indexes) and len(indexes) == len(values):
+            found.values[cells[i]] = (indexes, values)  # (a torn pack: read elsewhere)
         elif kind == _ERRORED:
             found.errored[cells[i]] = indexes
     return found

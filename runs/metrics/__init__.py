@@ -11,7 +11,7 @@ from runs.metrics.backfill import (
     schema_validate,
 )
 from runs.metrics.mappings import mappings_build, mappings_refresh_deferred
-from runs.metrics.packs import values_pack
+from runs.metrics.packs import runs_unpacked, values_pack
 from runs.metrics.schema import (
     OUTPUTS_PREFIX,
     MetricSpec,
@@ -45,6 +45,7 @@ __all__ = [
     "run_mappings_and_metrics_refresh",
     "run_refresh",
     "run_stats",
+    "runs_unpacked",
     "scenarios_refresh",
     "schema_backfill_apply",
     "schema_infer",

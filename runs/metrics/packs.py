@@ -3,16 +3,21 @@ key, the scenarios' indexes and values as byte strings of big-endian numbers, wh
 reads as a few values in one statement and numpy takes as they are, instead of a row per scenario
 and metric (at a million scenarios, reading two runs' rows is most of a comparison's first view).
 
-Packed in one statement from ``ScenarioValue`` and the run's scenarios, under the run-wide
-refresh's lock and stamped with its ``metrics_refreshed_at``: a pack is of exactly one refresh,
-and a reader that finds the run refreshed since (a backfill, a late cell) reads the rows."""
+Packed in one statement from ``ScenarioValue`` and the run's scenarios, after a run-wide
+refresh, taking the same advisory lock, and stamped with its ``metrics_refreshed_at``: the
+packs hold at least what that refresh wrote, and a reader that finds the run refreshed since (a
+backfill, a late cell, the *Refresh metrics* button) reads the rows until the packing after that
+refresh. Every refresh of a finished run packs it again: ~0.9 s a 100,000 scenarios, on the
+worker that refreshes (or in the request that closes a logged run, which refreshes it)."""
 
 from __future__ import annotations
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 
+from evalsite.models import Project
 from runs.metrics.stats import REFRESH_LOCK
-from runs.models import ACTIVE_RUN_STATUSES, Run
+from runs.models import ACTIVE_RUN_STATUSES, Run, ScenarioValuePack
 
 # Each group's rows come in index order from the unique index (run, step_key, key, index), and
 # its aggregates take them in that one order: the indexes and the numbers line up (and ascend)
@@ -55,3 +60,18 @@ def values_pack(*, run: Run) -> int:
             return 0
         cursor.execute(_PACK_SQL, {"run": run.pk, "stamp": stamp})
         return cursor.rowcount
+
+
+def runs_unpacked(*, project: Project | None = None) -> QuerySet[Run]:
+    """Finished, refreshed runs without packs of their last refresh (runs that finished before
+    packs existed, say): what ``manage.py values_pack`` packs."""
+    current = ScenarioValuePack.objects.filter(
+        run=OuterRef("pk"), step_key="", key="", refreshed_at=OuterRef("metrics_refreshed_at")
+    )
+    runs = (
+        Run.objects.exclude(status__in=ACTIVE_RUN_STATUSES)
+        .filter(metrics_refreshed_at__isnull=False)
+        .exclude(Exists(current))
+        .order_by("pk")
+    )
+    return runs.filter(project=project) if project else runs

@@ -273,23 +273,44 @@ def test_it_streams_in_chunks_of_whole_rows(viewer_client, project, judge, monke
         pytest.param("autocommit", marks=pytest.mark.django_db(transaction=True)),
     ],
 )
-def test_its_planner_settings_end_with_the_export(viewer_client, project, judge, db_mode):
-    """An export plans without JIT and Memoize, with more work_mem; the connection goes back
-    to its own settings for the next request's queries, in a transaction (set for it alone) as
-    in autocommit."""
+def test_its_planner_settings_hold_while_it_streams_and_end_with_it(
+    viewer_client, project, judge, db_mode, monkeypatch
+):
+    """An export plans without JIT and Memoize, with more work_mem: its settings are in force
+    while the COPY streams (one more, application_name, shows it to another connection); the
+    connection goes back to its own settings for the next request's queries, in a transaction
+    (set for it alone) as in autocommit."""
+    assert bulk._EXPORT_PLANNER == {"jit": "off", "enable_memoize": "off", "work_mem": "16MB"}
+    monkeypatch.setitem(bulk._EXPORT_PLANNER, "application_name", "evalsite-export-under-test")
 
     def settings() -> tuple:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT current_setting('jit'), current_setting('enable_memoize'),"
-                " current_setting('work_mem')"
+                " current_setting('work_mem'), current_setting('application_name')"
             )
             return cursor.fetchone()
 
-    run = scored_run(project, questions(project, 3), judge.head, scores([0.1, 0.2, 0.3]))
+    run = scored_run(project, questions(project, 1), judge.head, [None], "big")
+    with connection.cursor() as cursor:  # more rows than the sockets hold: it streams a while
+        cursor.execute(
+            "INSERT INTO runs_scenario (project_id, run_id, index, inputs, status, created_at,"
+            " updated_at) SELECT %s, %s, g, jsonb_build_object('q', repeat('x', 20000) || g),"
+            " 'success', now(), now() FROM generate_series(1, 2000) g",
+            [project.pk, run.pk],
+        )
     before = settings()
     assert before[1] == "on" and before[2] != "16MB"  # what the export changes, to change back
-    assert body(viewer_client.get(f"/p/acme/runs/{run.pk}/export?format=csv")).count("\r\n") == 4
+    response = viewer_client.get(f"/p/acme/runs/{run.pk}/export?format=csv")
+    stream = iter(response.streaming_content)
+    assert next(stream).startswith(b"index,status,q,")
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as watcher:
+        exporting = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%%'"
+            " AND application_name = 'evalsite-export-under-test'"
+        ).fetchone()[0]
+    assert exporting == 1
+    assert sum(chunk.count(b"\r\n") for chunk in stream) > 1000
     assert settings() == before
 
 
