@@ -23,7 +23,7 @@ from evaluators.services import evaluator_create
 from runs import metrics
 from runs.applications import application_create
 from runs.engine import run_create_logged
-from runs.models import Run, ScenarioValuePack, Testset, TestsetVersion
+from runs.models import Run, Testset, TestsetVersion
 
 # The score of each run, per testcase index (``m.index``).
 SCORES = (
@@ -135,9 +135,11 @@ def read_model_refresh(runs: list[Run]) -> dict[str, float]:
         started = time.perf_counter()
         metrics.run_refresh(run=run)
         timings[f"run_refresh run {i + 1}"] = time.perf_counter() - started
+    unpacked = set(
+        metrics.runs_unpacked().filter(pk__in=[r.pk for r in runs]).values_list("pk", flat=True)
+    )
     for i, run in enumerate(runs):  # and packs them for comparisons, as the engine does next
-        run.refresh_from_db()
-        if not _packed(run):
+        if run.pk in unpacked:
             started = time.perf_counter()
             metrics.values_pack(run=run)
             timings[f"values_pack run {i + 1}"] = time.perf_counter() - started
@@ -150,13 +152,6 @@ def read_model_refresh(runs: list[Run]) -> dict[str, float]:
     for run in runs:
         run.refresh_from_db()
     return timings
-
-
-def _packed(run: Run) -> bool:
-    """The run's packs are of its last refresh (a database seeded before packs has none)."""
-    return ScenarioValuePack.objects.filter(
-        run=run, step_key="", key="", refreshed_at=run.metrics_refreshed_at
-    ).exists()
 
 
 def _run_seed(cursor, run: Run, version, revisions, outputs: list[str]) -> None:
