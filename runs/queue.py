@@ -116,6 +116,14 @@ def run_finished(run_id: int) -> None:
     send("runs.tasks.run_finished", (run_id,))
 
 
+def values_pack(run_id: int) -> None:
+    """Pack a finished run's read model for comparisons once this refresh commits, on a worker:
+    ~0.9 s a 100,000 scenarios that neither the refresh nor a request (closing a logged run)
+    waits for. Comparisons read the rows until the pack lands; a burst of refreshes packs once
+    per stamp (the task skips a run already packed at its last refresh)."""
+    send("runs.tasks.run_values_pack", (run_id,))
+
+
 def runs_mappings_refresh(run_ids: list[int]) -> None:
     """Rebuild runs' mappings and metrics (an evaluator revision got its outputs schema)."""
     for run_id in run_ids:

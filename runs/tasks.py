@@ -41,6 +41,11 @@ def run_read_model_refresh(run_id: int) -> None:
 
 
 @shared_task(acks_late=True, **RETRY)
+def run_values_pack(run_id: int) -> int:
+    return engine.read_model_pack(run_id=run_id)
+
+
+@shared_task(acks_late=True, **RETRY)
 def run_finished(run_id: int) -> None:
     """Sent once when a run ends: an alignment's two records, the records of its evaluators."""
     review.alignments_refresh_for_run(run_id=run_id)

@@ -36,6 +36,7 @@ from runs.engine.operations import (
 )
 from runs.engine.process import run_dispatch, unit_fail, unit_process, unit_work, units_sweep
 from runs.engine.progress import (
+    read_model_pack,
     read_model_refresh,
     run_final_status,
     run_finish_if_complete,
@@ -67,6 +68,7 @@ __all__ = [
     "cost_usd",
     "estimate_check",
     "message_tokens",
+    "read_model_pack",
     "read_model_refresh",
     "results_log",
     "run_add_evaluators",

@@ -72,13 +72,21 @@ def run_finish(*, run: Run) -> None:
 def read_model_refresh(*, run_id: int) -> None:
     """Bring a run's read model up to date: per-scenario statistics of the scenarios whose cells
     landed since the last refresh, then the run-wide statistics, mappings and inferred schemas,
-    then (a finished run's) the packs comparisons read.
-    Runs on Celery (debounced after writes) and at the end of a run, never in a request."""
+    then (a finished run's) the packs comparisons read, queued: packing is the slowest part and
+    nothing waits for it. Runs on Celery (debounced after writes), at the end of a run and when
+    a logged run is closed."""
     dirty = queue.read_model_refresh_started(run_id)
     run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
     metrics.scenarios_refresh(run=run, scenario_ids=dirty)
     metrics.run_refresh(run=run, scenario_ids=dirty)
-    metrics.values_pack(run=run)  # a finished run's, for comparisons; a running one's dropped
+    if not run.is_active:
+        queue.values_pack(run.pk)
+
+
+def read_model_pack(*, run_id: int) -> int:
+    """Pack a finished run's read model as its last refresh left it (a running run's packs are
+    dropped); how many packs were written (0 when they already were of that refresh)."""
+    return metrics.values_pack(run=Run(pk=run_id))
 
 
 def run_metrics_refresh_request(*, run: Run) -> None:

@@ -17,7 +17,6 @@ from evaluators.kinds import REGISTRY
 from evaluators.models import EvaluatorRevision
 from runs import queue
 from runs.metrics.mappings import mappings_build
-from runs.metrics.packs import values_pack
 from runs.metrics.schema import schema_metrics
 from runs.metrics.stats import run_refresh, scenarios_refresh
 from runs.models import Annotation, Run
@@ -105,7 +104,7 @@ def run_mappings_and_metrics_refresh(*, run_id: int) -> None:
     run.refresh_from_db()
     scenarios_refresh(run=run, scenario_ids=None)  # the schema's keys are new columns
     run_refresh(run=run)
-    values_pack(run=run)
+    queue.values_pack(run_id)
 
 
 def disagreeing_outputs(

@@ -3,12 +3,14 @@ key, the scenarios' indexes and values as byte strings of big-endian numbers, wh
 reads as a few values in one statement and numpy takes as they are, instead of a row per scenario
 and metric (at a million scenarios, reading two runs' rows is most of a comparison's first view).
 
-Packed in one statement from ``ScenarioValue`` and the run's scenarios, after a run-wide
-refresh, taking the same advisory lock, and stamped with its ``metrics_refreshed_at``: the
-packs hold at least what that refresh wrote, and a reader that finds the run refreshed since (a
-backfill, a late cell, the *Refresh metrics* button) reads the rows until the packing after that
-refresh. Every refresh of a finished run packs it again: ~0.9 s a 100,000 scenarios, on the
-worker that refreshes (or in the request that closes a logged run, which refreshes it)."""
+Packed in one statement from ``ScenarioValue`` and the run's scenarios, on a worker after a
+run-wide refresh (``runs.queue.values_pack``: the refresh and a request closing a logged run do
+not wait for it), under the refresh's advisory lock, and stamped with its
+``metrics_refreshed_at``: the packs hold at least what that refresh wrote, and a reader that finds
+the run refreshed since (a backfill, a late cell, the *Refresh metrics* button) reads the rows
+until the packing after that refresh. A pack of a stamp already packed is skipped, so a burst of
+refreshes packs once; each refresh that moves the stamp packs again: ~0.9 s a 100,000
+scenarios."""
 
 from __future__ import annotations
 
@@ -43,11 +45,11 @@ FROM (SELECT index FROM runs_scenario WHERE run_id = %(run)s AND testcase_id IS 
 @transaction.atomic
 def values_pack(*, run: Run) -> int:
     """Pack the run's read model as its last refresh left it (replacing older packs); how many
-    packs were written. A run still running is not packed: its read model moves with each
-    cell, and its packs would be stale before they were read."""
+    packs were written, 0 when they already are of that refresh. A run still running is not
+    packed and loses its packs: its read model moves with each cell, and packs would be stale
+    before they were read."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REFRESH_LOCK, run.pk])
-        cursor.execute("DELETE FROM runs_scenariovaluepack WHERE run_id = %s", [run.pk])
         # The refresh the packs are of: under the lock, no run-wide refresh moves it before
         # they are written.
         stamp = (
@@ -56,6 +58,10 @@ def values_pack(*, run: Run) -> int:
             .values_list("metrics_refreshed_at", flat=True)
             .first()
         )
+        packed = ScenarioValuePack.objects.filter(run=run.pk, step_key="", key="")
+        if stamp is not None and packed.filter(refreshed_at=stamp).exists():
+            return 0  # another task packed this refresh already
+        cursor.execute("DELETE FROM runs_scenariovaluepack WHERE run_id = %s", [run.pk])
         if stamp is None:  # running, or never refreshed: nothing to pack
             return 0
         cursor.execute(_PACK_SQL, {"run": run.pk, "stamp": stamp})

@@ -70,7 +70,9 @@ def repeated_run(project, version, revision, name: str) -> Run:
                 entry["outputs"] = cell
             entries.append(entry)
     results_log(run=run, entries=entries)
-    return run_close(run=run)
+    run = run_close(run=run)
+    engine.read_model_pack(run_id=run.pk)  # what the task the close queued does
+    return run
 
 
 def values_read(run: Run, comparison) -> tuple[compare.RunValues, list[str]]:
@@ -151,11 +153,38 @@ def test_it_leaves_out_scenarios_without_a_testcase(project, judge):
 # --- packs ---------------------------------------------------------------------------------------
 
 
+def test_closing_a_run_queues_its_packing_on_a_worker(
+    project, judge, celery_eager, django_capture_on_commit_callbacks
+):
+    version = questions(project, 3)
+    with django_capture_on_commit_callbacks() as queued:
+        run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    # The close refreshed the read model in its request but did not pack it there.
+    assert run.metrics_refreshed_at and not ScenarioValuePack.objects.filter(run=run).exists()
+    for callback in queued:  # the commit: the task runs (eagerly here, on a worker in a site)
+        callback()
+    run.refresh_from_db()
+    stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
+    assert stamps == {run.metrics_refreshed_at}
+    assert bytes(ScenarioValuePack.objects.get(run=run, key="").indexes) == bytes.fromhex(
+        "00000000" "00000001" "00000002"
+    )
+
+
+def test_a_refresh_already_packed_is_not_packed_again(project, judge):
+    version = questions(project, 3)
+    run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    assert engine.read_model_pack(run_id=run.pk) > 1
+    ids = set(ScenarioValuePack.objects.filter(run=run).values_list("pk", flat=True))
+    assert engine.read_model_pack(run_id=run.pk) == 0  # a second task for the same refresh
+    assert set(ScenarioValuePack.objects.filter(run=run).values_list("pk", flat=True)) == ids
+
+
 def test_a_finished_runs_comparison_reads_its_packs_while_they_are_current(project, judge):
     version = questions(project, 6)
     run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
     pack = ScenarioValuePack.objects.get(run=run, step_key="", key="")
-    assert pack.refreshed_at == run.metrics_refreshed_at  # packed when the run was closed
+    assert pack.refreshed_at == run.metrics_refreshed_at  # packed after the run was closed
     assert bytes(pack.indexes) == b"".join(i.to_bytes(4, "big") for i in range(6))
     comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
     expected, _ = values_read(run, comparison)
@@ -177,7 +206,9 @@ def test_a_finished_runs_comparison_reads_its_packs_while_they_are_current(proje
     assert rows.errors["judge.score"].tolist() == [False, False, True] + [False] * 3
 
 
-def test_a_refresh_packs_the_run_again_with_its_stamp(project, judge):
+def test_a_refresh_packs_the_run_again_with_its_stamp(
+    project, judge, celery_eager, django_capture_on_commit_callbacks
+):
     version = questions(project, 6)
     run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
     comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
@@ -185,7 +216,8 @@ def test_a_refresh_packs_the_run_again_with_its_stamp(project, judge):
     ScenarioValue.objects.filter(run=run, key="score", value__isnull=False).update(value=42)
     ScenarioValuePack.objects.filter(run=run).update(numbers=b"")  # as if packed wrong
 
-    engine.read_model_refresh(run_id=run.pk)  # the engine's refresh, on Celery
+    with django_capture_on_commit_callbacks(execute=True):  # the pack task it queues runs
+        engine.read_model_refresh(run_id=run.pk)  # the engine's refresh, on Celery
 
     run.refresh_from_db()
     stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
@@ -198,11 +230,15 @@ def test_a_refresh_packs_the_run_again_with_its_stamp(project, judge):
     assert all(np.array_equal(found.errors[k], expected.errors[k]) for k in expected.errors)
 
 
-def test_a_schema_backfill_packs_the_run_again(project, judge):
+def test_a_schema_backfill_packs_the_run_again(
+    project, judge, celery_eager, django_capture_on_commit_callbacks
+):
     version = questions(project, 3)
     run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    engine.read_model_pack(run_id=run.pk)
     before = ScenarioValuePack.objects.get(run=run, step_key="", key="").refreshed_at
-    metrics.run_mappings_and_metrics_refresh(run_id=run.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        metrics.run_mappings_and_metrics_refresh(run_id=run.pk)
     run.refresh_from_db()
     assert run.metrics_refreshed_at > before
     stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
@@ -229,6 +265,7 @@ def test_the_command_packs_runs_finished_before_packs(project, judge):
 def test_a_running_run_is_not_packed_and_loses_its_packs(project, judge):
     version = questions(project, 3)
     run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
+    engine.read_model_pack(run_id=run.pk)
     keys = set(ScenarioValuePack.objects.filter(run=run).values_list("step_key", "key"))
     assert ("", "") in keys and {k for _, k in keys} >= {"score", "success", "duration"}
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # resumed, say
