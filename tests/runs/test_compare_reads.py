@@ -167,7 +167,7 @@ def test_closing_a_run_queues_its_packing_on_a_worker(
     stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
     assert stamps == {run.metrics_refreshed_at}
     assert bytes(ScenarioValuePack.objects.get(run=run, key="").indexes) == bytes.fromhex(
-        "00000000" "00000001" "00000002"
+        "000000000000000100000002"
     )
 
 
