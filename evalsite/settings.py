@@ -101,6 +101,15 @@ if DATABASE_URL:
 else:
     DATABASES = {"default": embedded.postgres_settings(DATA_DIR)}
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Session settings every connection starts with (libpq's ``options``). JIT off: evalsite's
+# statements are short, and any whose estimate crosses jit_above_cost (a comparison's gated
+# row scans of a million-scenario run, which never execute) paid ~70 ms compiling each time.
+# Empty it for a pooler that refuses startup parameters (PgBouncer without
+# ignore_startup_parameters = options).
+DATABASE_SESSION_OPTIONS = env_str("EVALSITE_DATABASE_OPTIONS", "-c jit=off")
+if DATABASE_SESSION_OPTIONS:
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options["options"] = f"{_options.get('options', '')} {DATABASE_SESSION_OPTIONS}".strip()
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

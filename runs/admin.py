@@ -385,23 +385,23 @@ class ScenarioValuePackAdmin(ReadOnlyAdmin):
     refresh: rewritten after a finished run's refresh, never by hand. The bytes stay out of
     the page (megabytes at a million scenarios); their sizes are shown."""
 
-    list_display = ["run", "step_key", "key", "scenarios", "refreshed_at"]
+    list_display = ["run", "step_key", "key", "count", "dtype", "scale", "size", "refreshed_at"]
     list_select_related = ["run"]
     raw_id_fields = ["run"]
     exclude = ["indexes", "numbers", "errored"]
-    readonly_fields = ["scenarios"]
+    readonly_fields = ["size"]
 
     def get_queryset(self, request):
         return (
             super()
             .get_queryset(request)
             .defer("indexes", "numbers", "errored")
-            .annotate(packed=Length("indexes"))
+            .annotate(packed=Length("indexes") + Length("numbers") + Length("errored"))
         )
 
-    @admin.display(description="scenarios")
-    def scenarios(self, obj) -> int:
-        return obj.packed // 4
+    @admin.display(description="bytes")
+    def size(self, obj) -> int:
+        return obj.packed
 
 
 class OnlineRuleAdminForm(forms.ModelForm):

@@ -759,20 +759,40 @@ class ScenarioValue(models.Model):
 
 class ScenarioValuePack(models.Model):
     """A finished run's read model packed for comparisons: per step and metric key, every
-    scenario's index and value as two byte strings of big-endian numbers (int4 and float8, NaN
-    without a value) and the indexes errored without a value, read by numpy without a row per
-    scenario; one more pack (step and key empty) holds the indexes of the run's scenarios with a
-    testcase. Stamped with the refresh it was packed from (the run's ``metrics_refreshed_at``): a
-    reader uses a pack whose stamp is the run's and otherwise reads ``ScenarioValue``.
+    scenario's index and value as byte strings of big-endian numbers and the indexes errored
+    without a value, read by numpy without a row per scenario; one more pack (step and key
+    empty) holds the indexes of the run's scenarios with a testcase. Stamped with the refresh it
+    was packed from (the run's ``metrics_refreshed_at``): a reader uses a pack whose stamp is the
+    run's and otherwise reads ``ScenarioValue``.
 
-    Written by ``metrics.values_pack`` after a finished run's read model refresh, never by a
-    request."""
+    Each pack is stored in the narrowest exact shape (``runs.metrics.packs``): no indexes when
+    they are 0 to ``count`` - 1, and values as integers of 1, 2 or 4 bytes scaled by a power of
+    ten when every value comes back from that as the same double, else as float8.
+
+    Written by ``metrics.values_pack`` on a worker after a finished run's read model refresh,
+    never by a request."""
+
+    class Dtype(models.TextChoices):
+        F8 = "f8", "float8"
+        I1 = "i1", "int1"
+        I2 = "i2", "int2"
+        I4 = "i4", "int4"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
     step_key = models.CharField(max_length=200, blank=True)
     key = models.TextField(blank=True)
-    indexes = models.BinaryField(help_text="Scenario indexes, int4 big-endian, ascending.")
-    numbers = models.BinaryField(help_text="Their values, float8 big-endian, NaN without one.")
+    count = models.PositiveIntegerField(
+        default=0, help_text="How many scenarios it holds (its indexes' length)."
+    )
+    indexes = models.BinaryField(
+        help_text="Scenario indexes, int4 big-endian, ascending; empty when they are 0 to count - 1."
+    )
+    numbers = models.BinaryField(
+        help_text="Their values, big-endian, of dtype: float8 (NaN without one), or integers "
+        "(the type's least without one) to divide by 10 ** scale."
+    )
+    dtype = models.CharField(max_length=2, choices=Dtype.choices, default=Dtype.F8)
+    scale = models.PositiveSmallIntegerField(default=0)
     errored = models.BinaryField(help_text="Indexes errored without a value, int4 big-endian.")
     refreshed_at = models.DateTimeField(help_text="The run's metrics_refreshed_at it is of.")
 

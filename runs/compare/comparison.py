@@ -322,16 +322,19 @@ def _read_model_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int
     )
     found = {}
     for run, run_cells in zip(runs, cells, strict=True):
-        indexes = read.present.get(run.pk, np.empty(0, dtype=np.int64))
-        present = np.zeros(int(indexes.max()) + 1 if len(indexes) else 0, dtype=bool)
-        present[indexes] = True
+        indexes = read.present.get(run.pk, range(0))
+        if isinstance(indexes, range):  # a dense pack's: every index to its last
+            present = np.ones(len(indexes), dtype=bool)
+        else:
+            present = np.zeros(int(indexes.max()) + 1 if len(indexes) else 0, dtype=bool)
+            present[indexes] = True
         values, errors, missing = {}, {}, []
         for metric, cell in zip(metrics, run_cells, strict=True):
             if cell not in read.values:
                 missing.append(metric)
                 continue
             values[metric.name], errors[metric.name] = _aligned(
-                present, *read.values[cell], read.errored.get(cell, indexes[:0])
+                present, *read.values[cell], read.errored.get(cell, np.empty(0, dtype=np.int32))
             )
         found[run.pk] = RunValues(present, values, errors, binary=run.repeats == 1)
         if missing:  # the read model holds no row of these keys: read them from the results
@@ -341,17 +344,27 @@ def _read_model_values(runs: list[Run], metrics: list[SharedMetric]) -> dict[int
     return found
 
 
-def _aligned(present: np.ndarray, at: np.ndarray, column: np.ndarray, errored_at: np.ndarray):
+def _aligned(present: np.ndarray, at, column: np.ndarray, errored_at: np.ndarray):
     """One metric's values and errors on the run's index axis; scenarios without a testcase
-    (present is false) have neither."""
+    (present is false) have neither. ``at``: the values' indexes, or a dense pack's range."""
     length = len(present)
-    value = np.full(length, np.nan)
-    inside = at < length
-    value[at[inside]] = column[inside]
-    value[~present] = np.nan
+    if isinstance(at, range) and len(at) == length:  # 0 to n - 1 in order: the values themselves
+        value = column
+    else:
+        value = np.full(length, np.nan)
+        if isinstance(at, range):
+            value[: min(len(at), length)] = column[:length]
+        else:
+            inside = at < length
+            value[at[inside]] = column[inside]
+    everywhere = present.all()
+    if not everywhere:
+        value[~present] = np.nan
     errored = np.zeros(length, dtype=bool)
     errored[errored_at[errored_at < length]] = True
-    return value, errored & present & np.isnan(value)
+    if not len(errored_at):
+        return value, errored
+    return value, errored & np.isnan(value) if everywhere else errored & present & np.isnan(value)
 
 
 def _results_values(run: Run, metrics: list[SharedMetric]) -> RunValues:
@@ -427,19 +440,22 @@ def comparison_stats(comparison: Comparison, values: dict[int, RunValues]) -> li
     """Per shared metric with data: each run's summary (mean or rate, count, errors) and, for
     each candidate, the paired test against the baseline with how many pairs it used."""
     base = comparison.baseline
+    # Pairs are counted among the scenarios both runs have (each candidate's, once).
+    shared = {run.pk: values[base.pk].present & values[run.pk].present for run in comparison.runs}
     out = []
     for metric in comparison.metrics:
-        summaries = []
+        summaries, valued = [], {}  # valued: per run, its scenarios with a value of the metric
         for run in comparison.runs:
             v = values[run.pk]
             column = v.values[metric.name]
-            valued = ~np.isnan(column)
+            valued[run.pk] = mask = ~np.isnan(column)
+            count = int(np.count_nonzero(mask))
             summaries.append(
                 {
                     "run": run.pk,
-                    "value": float(column[valued].mean()) if valued.any() else None,
-                    "count": int(valued.sum()),
-                    "errors": int(v.errors[metric.name].sum()),
+                    "value": float(column[mask].mean()) if count else None,
+                    "count": count,
+                    "errors": int(np.count_nonzero(v.errors[metric.name])),
                 }
             )
         if not any(s["count"] or s["errors"] for s in summaries):
@@ -450,9 +466,9 @@ def comparison_stats(comparison: Comparison, values: dict[int, RunValues]) -> li
         for run in comparison.candidates:
             c_values = values[run.pk].values[metric.name]
             c_errors = values[run.pk].errors[metric.name]
-            both = ~np.isnan(b_values) & ~np.isnan(c_values)
-            either_present = values[base.pk].present & values[run.pk].present
-            errored = either_present & ~both & (b_errors | c_errors)
+            both = valued[base.pk] & valued[run.pk]
+            unpaired = shared[run.pk] & ~both  # both have the scenario, not both a value
+            errored = int(np.count_nonzero(unpaired & (b_errors | c_errors)))
             binary = not metric.numeric and values[base.pk].binary and values[run.pk].binary
             test = paired_test(
                 b_values[both],
@@ -463,8 +479,8 @@ def comparison_stats(comparison: Comparison, values: dict[int, RunValues]) -> li
             test |= {
                 "run": run.pk,
                 "excluded": {
-                    "errors": int(errored.sum()),
-                    "missing": int((either_present & ~both).sum()) - int(errored.sum()),
+                    "errors": errored,
+                    "missing": int(np.count_nonzero(unpaired)) - errored,
                 },
             }
             tests.append(test)

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 from django.db import connection
 
+from runs.metrics import pack_decode
 from runs.traces import trace_roots
 
 Cell = tuple[int, str, str]  # (run id, step key, metric key): one metric of one run
@@ -22,9 +23,12 @@ Cell = tuple[int, str, str]  # (run id, step key, metric key): one metric of one
 # int16 field count and (int32 length + data) per field, an int16 -1 as trailer.
 _HEADER = 19
 _FIELD = struct.Struct(">i")
-# Each part's arrays come as bytea of big-endian numbers (int4send, float8send): as packed in
-# ScenarioValuePack, and as the rows give them when a run has no current pack.
-_ELEMENTS = {"index": np.dtype(">i4"), "value": np.dtype(">f8")}
+# Every part is one row: kind, i (int2), count (int4), dtype (text), scale (int2), then indexes
+# and values as bytea of big-endian numbers: as packed in ScenarioValuePack (no indexes when
+# they are 0 to count - 1; values of the pack's dtype and scale), or int4 and float8 as the rows
+# give them when a run has no current pack.
+_ROW = struct.Struct(">hihih")  # field count, then length and value of kind, i (int2 each)
+_INDEX = np.dtype(">i4")
 _PRESENT, _VALUES, _ERRORED = 0, 1, 2
 # A run's pack of a cell, read while its stamp is the run's last refresh; the rows are read
 # instead when there is none (HAVING: then the aggregate gives no row and scans nothing).
@@ -36,20 +40,23 @@ _UNPACKED = (
     " HAVING NOT EXISTS (SELECT FROM runs_scenariovaluepack WHERE run_id = %s AND step_key = %s"
     " AND key = %s AND refreshed_at = %s)"
 )
+_AS_ROWS = "0, 'f8'::text, 0::int2"  # count, dtype, scale of what the rows give
+_PACKED = "count, dtype::text, scale::int2, {}"
+_PACKED_ERRORED = "0, 'f8'::text, 0::int2, errored, NULL::bytea"
 _PRESENT_SQL = (
-    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), NULL::bytea "
+    f"SELECT %s::int2, %s::int2, {_AS_ROWS}, string_agg(int4send(index), ''), NULL::bytea "  # noqa: S608
     "FROM runs_scenario WHERE run_id = %s AND testcase_id IS NOT NULL" + _UNPACKED
 )
 # ORDER BY the index's own order: an index-only scan of scenariovalue_sort; both aggregates
 # take the rows in that one order.
 _VALUES_SQL = (
-    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), "  # noqa: S608
+    f"SELECT %s::int2, %s::int2, {_AS_ROWS}, string_agg(int4send(index), ''), "  # noqa: S608
     "string_agg(float8send(coalesce(value, 'NaN'::float8)), '') "
     "FROM (SELECT index, value FROM runs_scenariovalue "
     "WHERE run_id = %s AND step_key = %s AND key = %s ORDER BY value, index) v" + _UNPACKED
 )
 _ERRORED_SQL = (
-    "SELECT %s::int2, %s::int2, string_agg(int4send(index), ''), NULL::bytea "
+    f"SELECT %s::int2, %s::int2, {_AS_ROWS}, string_agg(int4send(index), ''), NULL::bytea "  # noqa: S608
     "FROM runs_scenariovalue WHERE run_id = %s AND step_key = %s AND key = %s "
     "AND value IS NULL AND errors > 0" + _UNPACKED
 )
@@ -59,8 +66,9 @@ _ERRORED_SQL = (
 class ReadModelValues:
     """What the read model holds for some runs: scenario indexes and values, not yet aligned."""
 
-    present: dict[int, np.ndarray] = field(default_factory=dict)  # run -> indexes
-    values: dict[Cell, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # Indexes are ascending; a dense pack's are range(n): 0 to n - 1, each there.
+    present: dict[int, np.ndarray | range] = field(default_factory=dict)  # run -> indexes
+    values: dict[Cell, tuple[np.ndarray | range, np.ndarray]] = field(default_factory=dict)
     errored: dict[Cell, np.ndarray] = field(default_factory=dict)  # errored, without a value
 
 
@@ -86,10 +94,11 @@ def read_model_values(
         params.extend([kind, i, *cell, stamp, kind, i, *rows_params, *cell, stamp])
 
     for i, run_id in enumerate(run_ids):  # the run's pack of its scenarios: step and key empty
-        part(_PRESENT, i, (run_id, "", ""), "indexes, NULL::bytea", _PRESENT_SQL, [run_id])
+        fields = _PACKED.format("indexes, NULL::bytea")
+        part(_PRESENT, i, (run_id, "", ""), fields, _PRESENT_SQL, [run_id])
     for i, cell in enumerate(cells):
-        part(_VALUES, i, cell, "indexes, numbers", _VALUES_SQL, cell)
-        part(_ERRORED, i, cell, "errored, NULL::bytea", _ERRORED_SQL, cell)
+        part(_VALUES, i, cell, _PACKED.format("indexes, numbers"), _VALUES_SQL, cell)
+        part(_ERRORED, i, cell, _PACKED_ERRORED, _ERRORED_SQL, cell)
     # Values are parameters; the text joined is this module's own SQL.
     sql = f"COPY ({' UNION ALL '.join(parts)}) TO STDOUT (FORMAT binary)"
     found = ReadModelValues()
@@ -106,7 +115,7 @@ def read_model_values(
 def _copy_rows(sql: str, params: list):
     """The rows of a binary COPY, parsed message by message: the server sends each row as one
     message (the header comes with the first, the trailer alone), so no row spans two and only
-    one row's bytes are held at a time."""
+    one row's bytes are held at a time. Yields kind, i, indexes and values (float64)."""
     with connection.cursor() as cursor:
         # Logged like any other statement (query counts, the debug toolbar see it).
         log = getattr(cursor, "debug_sql", None)
@@ -114,22 +123,35 @@ def _copy_rows(sql: str, params: list):
             for number, message in enumerate(copy):
                 pos = _HEADER if number == 0 else 0
                 if len(message) > pos and struct.unpack_from(">h", message, pos)[0] != -1:
-                    kind, i = struct.unpack_from(">ihih", message, pos + 2)[1::2]
-                    indexes, pos = _array(message, pos + 14, "index")
-                    values, _ = _array(message, pos, "value")
+                    _, _, kind, _, i = _ROW.unpack_from(message, pos)
+                    count, pos = _field(message, pos + _ROW.size)
+                    dtype, pos = _field(message, pos)
+                    scale, pos = _field(message, pos)
+                    indexes, pos = _indexes(message, pos, int.from_bytes(count, "big"))
+                    length, at = _FIELD.unpack_from(message, pos)[0], pos + 4
+                    values = pack_decode(
+                        dtype.decode(), int.from_bytes(scale, "big"), message, at, max(length, 0)
+                    )
                     yield kind, i, indexes, values
 
 
-def _array(data, pos: int, kind: str) -> tuple[np.ndarray, int]:
-    """One field of big-endian numbers (a NULL field: none) as a native numpy array, and where
-    the next field starts."""
+def _field(data, pos: int) -> tuple[bytes, int]:
+    """One field's bytes and where the next field starts."""
+    (length,) = _FIELD.unpack_from(data, pos)
+    return bytes(data[pos + 4 : pos + 4 + length]), pos + 4 + length
+
+
+def _indexes(data, pos: int, count: int) -> tuple[np.ndarray | range, int]:
+    """A field of int4 indexes as a native array (a dense pack's, an empty field of ``count``
+    indexes: ``range(count)``, which its reader lays out without an array of indexes), and
+    where the next field starts."""
     (length,) = _FIELD.unpack_from(data, pos)
     pos += 4
-    dtype = _ELEMENTS[kind]
     if length <= 0:  # NULL (-1: string_agg of no rows) or empty
-        return np.empty(0, dtype=dtype.newbyteorder("=")), pos + max(length, 0)
-    elements = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=pos)
-    return elements.astype(dtype.newbyteorder("=")), pos + length
+        empty = np.empty(0, dtype=np.int32)
+        return range(count) if count else empty, pos + max(length, 0)
+    elements = np.frombuffer(data, dtype=_INDEX, count=length // 4, offset=pos)
+    return elements.astype(np.int32), pos + length
 
 
 _VALUE = (

@@ -11,7 +11,7 @@ from runs.metrics.backfill import (
     schema_validate,
 )
 from runs.metrics.mappings import mappings_build, mappings_refresh_deferred
-from runs.metrics.packs import runs_unpacked, values_pack
+from runs.metrics.packs import pack_decode, runs_unpacked, values_pack
 from runs.metrics.schema import (
     OUTPUTS_PREFIX,
     MetricSpec,
@@ -41,6 +41,7 @@ __all__ = [
     "mappings_build",
     "mappings_refresh_deferred",
     "non_null_type",
+    "pack_decode",
     "revision_outputs_schema",
     "run_mappings_and_metrics_refresh",
     "run_refresh",

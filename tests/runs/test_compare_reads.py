@@ -19,6 +19,7 @@ from evaluators.services import evaluator_create
 from runs import compare, engine, metrics
 from runs.applications import application_create
 from runs.engine import results_log, run_close, run_create_logged
+from runs.metrics.packs import indexes_encode, pack_encode
 from runs.models import Application, Run, RunStatus, ScenarioValue, ScenarioValuePack
 from tests.runs.test_compare import JUDGE_SCHEMA, questions, scored_run, scores
 
@@ -166,9 +167,8 @@ def test_closing_a_run_queues_its_packing_on_a_worker(
     run.refresh_from_db()
     stamps = set(ScenarioValuePack.objects.filter(run=run).values_list("refreshed_at", flat=True))
     assert stamps == {run.metrics_refreshed_at}
-    assert bytes(ScenarioValuePack.objects.get(run=run, key="").indexes) == bytes.fromhex(
-        "000000000000000100000002"
-    )
+    scenarios = ScenarioValuePack.objects.get(run=run, key="")
+    assert scenarios.count == 3 and bytes(scenarios.indexes) == b""  # 0 to 2: a count
 
 
 def test_a_refresh_already_packed_is_not_packed_again(project, judge):
@@ -185,7 +185,7 @@ def test_a_finished_runs_comparison_reads_its_packs_while_they_are_current(proje
     run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
     pack = ScenarioValuePack.objects.get(run=run, step_key="", key="")
     assert pack.refreshed_at == run.metrics_refreshed_at  # packed after the run was closed
-    assert bytes(pack.indexes) == b"".join(i.to_bytes(4, "big") for i in range(6))
+    assert pack.count == 6 and bytes(pack.indexes) == b""  # 0 to 5: a count, no bytes
     comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
     expected, _ = values_read(run, comparison)
 
@@ -260,6 +260,72 @@ def test_the_command_packs_runs_finished_before_packs(project, judge):
     out = io.StringIO()
     call_command("values_pack", stdout=out)
     assert out.getvalue().startswith("Nothing to pack")
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "scale"),
+    [
+        ([1.0, 0.0, NAN, 1.0], "i1", 0),  # pass/fail
+        ([0.5, 1.0, 0.25, NAN], "i1", 2),  # means over repeats
+        ([0.1234, 0.9999, 0.0, -0.5], "i2", 4),  # a score of four decimals
+        ([120.0, 4_500.0, 31_000.0], "i2", 0),  # latencies in ms
+        ([45_000.0, 1.5], "i4", 1),
+        ([0.0001, 12.5, 3e9], "f8", 0),  # 3e9 * 10 ** 4 is no integer of 4 bytes
+        ([1 / 3, 0.5], "f8", 0),  # no power of ten gives 1/3 back
+        ([0.1 + 0.2], "f8", 0),  # 0.30000000000000004: not the double nearest any short decimal
+        ([float("inf"), 1.0], "f8", 0),
+        ([-0.0, 1.0], "f8", 0),  # an integer has no sign of zero
+        ([NAN, NAN], "i1", 0),
+        ([], "i1", 0),
+    ],
+)
+def test_a_pack_takes_the_narrowest_shape_that_gives_back_the_same_doubles(values, dtype, scale):
+    values = np.array(values, dtype=np.float64)
+    found = pack_encode(values)
+    assert found[:2] == (dtype, scale)
+    decoded = metrics.pack_decode(*found)
+    assert decoded.tobytes() == values.tobytes()  # the very same doubles, NaN where NaN was
+
+
+def test_decimals_packed_as_integers_come_back_bit_for_bit():
+    rng = np.random.default_rng(7)
+    for places in range(7):
+        values = np.round(rng.uniform(-200, 200, 50_000), places) + 0.0  # no -0.0
+        dtype, scale, data = pack_encode(values)
+        assert dtype != "f8" and scale <= places
+        assert metrics.pack_decode(dtype, scale, data).tobytes() == values.tobytes()
+    noise = rng.random(50_000)  # arbitrary doubles stay as they are
+    assert pack_encode(noise)[:2] == ("f8", 0)
+
+
+def test_indexes_0_to_n_are_packed_as_their_count():
+    dense = np.arange(5, dtype=">i4").tobytes()
+    gappy = np.array([0, 1, 3], dtype=">i4").tobytes()
+    late = np.array([1, 2, 3], dtype=">i4").tobytes()
+    assert indexes_encode(dense) == (5, b"")
+    assert indexes_encode(gappy) == (3, gappy)
+    assert indexes_encode(late) == (3, late)
+    assert indexes_encode(b"") == (0, b"")
+
+
+def test_a_pack_with_gaps_reads_the_same_values_as_the_rows(project, judge):
+    version = questions(project, 6)
+    run, other = (repeated_run(project, version, judge.head, name) for name in ("r", "o"))
+    packs = ScenarioValuePack.objects.filter(run=run)
+    assert set(packs.values_list("indexes", flat=True)) == {b""}  # all of them dense
+    score = packs.get(key="score")
+    assert (score.dtype, score.scale) == ("i1", 1)  # 0.4 and 0.9: tenths, 1 byte each
+    # Scenario 1 loses its values (as if its cells were removed): the packs have a gap.
+    ScenarioValue.objects.filter(run=run, index=1).delete()
+    packs.delete()
+    metrics.values_pack(run=run)
+    assert bytes(packs.get(key="score").indexes) != b""
+    comparison = compare.comparison_get(project=project, run_ids=[str(run.pk), str(other.pk)])
+    packed, _ = values_read(run, comparison)
+    packs.delete()
+    rows, _ = values_read(run, comparison)
+    assert_same(packed, rows)
+    np.testing.assert_allclose(packed.values["judge.score"], [0.4, NAN, NAN, NAN, NAN, NAN])
 
 
 def test_a_running_run_is_not_packed_and_loses_its_packs(project, judge):
