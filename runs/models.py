@@ -781,8 +781,9 @@ class ScenarioValuePack(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
     step_key = models.CharField(max_length=200, blank=True)
     key = models.TextField(blank=True)
+    # Database defaults too: a host still on the code before these fields packs as before.
     count = models.PositiveIntegerField(
-        default=0, help_text="How many scenarios it holds (its indexes' length)."
+        default=0, db_default=0, help_text="How many scenarios it holds (its indexes' length)."
     )
     indexes = models.BinaryField(
         help_text="Scenario indexes, int4 big-endian, ascending; empty when they are 0 to count - 1."
@@ -791,8 +792,10 @@ class ScenarioValuePack(models.Model):
         help_text="Their values, big-endian, of dtype: float8 (NaN without one), or integers "
         "(the type's least without one) to divide by 10 ** scale."
     )
-    dtype = models.CharField(max_length=2, choices=Dtype.choices, default=Dtype.F8)
-    scale = models.PositiveSmallIntegerField(default=0)
+    dtype = models.CharField(
+        max_length=2, choices=Dtype.choices, default=Dtype.F8, db_default=Dtype.F8
+    )
+    scale = models.PositiveSmallIntegerField(default=0, db_default=0)
     errored = models.BinaryField(help_text="Indexes errored without a value, int4 big-endian.")
     refreshed_at = models.DateTimeField(help_text="The run's metrics_refreshed_at it is of.")
 

@@ -119,8 +119,9 @@ def run_finished(run_id: int) -> None:
 def values_pack(run_id: int) -> None:
     """Pack a finished run's read model for comparisons once this refresh commits, on a worker:
     ~0.9 s a 100,000 scenarios that neither the refresh nor a request (closing a logged run)
-    waits for. Comparisons read the rows until the pack lands; a burst of refreshes packs once
-    per stamp (the task skips a run already packed at its last refresh)."""
+    waits for. Comparisons read the rows until the pack lands. A task finding the run already
+    packed at its last refresh does nothing, so refreshes that end before their tasks run are
+    packed once; the beat's ``values_pack_sweep`` queues another for a task that was lost."""
     send("runs.tasks.run_values_pack", (run_id,))
 
 

@@ -45,6 +45,12 @@ def run_values_pack(run_id: int) -> int:
     return engine.read_model_pack(run_id=run_id)
 
 
+@shared_task(acks_late=True)
+def values_pack_sweep() -> int:
+    """Beat: finished runs left without packs of their last refresh get a pack task again."""
+    return engine.read_model_packs_sweep()
+
+
 @shared_task(acks_late=True, **RETRY)
 def run_finished(run_id: int) -> None:
     """Sent once when a run ends: an alignment's two records, the records of its evaluators."""

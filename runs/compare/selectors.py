@@ -66,7 +66,8 @@ _ERRORED_SQL = (
 class ReadModelValues:
     """What the read model holds for some runs: scenario indexes and values, not yet aligned."""
 
-    # Indexes are ascending; a dense pack's are range(n): 0 to n - 1, each there.
+    # Indexes as read: a pack's ascend, the rows' come in value order; a dense pack's are
+    # range(n), 0 to n - 1, each there.
     present: dict[int, np.ndarray | range] = field(default_factory=dict)  # run -> indexes
     values: dict[Cell, tuple[np.ndarray | range, np.ndarray]] = field(default_factory=dict)
     errored: dict[Cell, np.ndarray] = field(default_factory=dict)  # errored, without a value

@@ -36,7 +36,9 @@ from runs.engine.operations import (
 )
 from runs.engine.process import run_dispatch, unit_fail, unit_process, unit_work, units_sweep
 from runs.engine.progress import (
+    PACK_GRACE,
     read_model_pack,
+    read_model_packs_sweep,
     read_model_refresh,
     run_final_status,
     run_finish_if_complete,
@@ -59,6 +61,7 @@ from runs.engine.units import unit_claim, unit_complete, units_plan, units_reque
 __all__ = [
     "CHARS_PER_TOKEN",
     "COMPLETION_GUESS",
+    "PACK_GRACE",
     "PEOPLE_KINDS",
     "Cell",
     "LeaseLost",
@@ -69,6 +72,7 @@ __all__ = [
     "estimate_check",
     "message_tokens",
     "read_model_pack",
+    "read_model_packs_sweep",
     "read_model_refresh",
     "results_log",
     "run_add_evaluators",

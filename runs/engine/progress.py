@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -81,6 +83,24 @@ def read_model_refresh(*, run_id: int) -> None:
     metrics.run_refresh(run=run, scenario_ids=dirty)
     if not run.is_active:
         queue.values_pack(run.pk)
+
+
+# A pack task queued after a refresh normally lands within seconds; a run still without packs
+# of its last refresh this long after it lost its task (a broker that dropped the message, a
+# task out of retries) or finished before packs existed.
+PACK_GRACE = timedelta(minutes=2)
+PACK_SWEEP_LIMIT = 20  # runs queued per sweep: packing a large run takes seconds of a worker
+
+
+def read_model_packs_sweep() -> int:
+    """Beat: queue packing for finished runs whose packs are not of their last refresh, a few
+    at a time, oldest first; how many were queued. Two beats at once queue a run twice, and the
+    second task finds it packed."""
+    stale = metrics.runs_unpacked().filter(metrics_refreshed_at__lt=timezone.now() - PACK_GRACE)
+    run_ids = list(stale.values_list("pk", flat=True)[:PACK_SWEEP_LIMIT])
+    for run_id in run_ids:
+        queue.values_pack(run_id)
+    return len(run_ids)
 
 
 def read_model_pack(*, run_id: int) -> int:

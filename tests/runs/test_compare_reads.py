@@ -171,6 +171,28 @@ def test_closing_a_run_queues_its_packing_on_a_worker(
     assert scenarios.count == 3 and bytes(scenarios.indexes) == b""  # 0 to 2: a count
 
 
+def test_the_sweep_packs_finished_runs_that_lost_their_pack_task(
+    project, judge, celery_eager, django_capture_on_commit_callbacks
+):
+    version = questions(project, 3)
+    # Neither close's pack task ran (their commits never came here): as if the broker lost them.
+    lost, fresh = (
+        scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]), name)
+        for name in ("lost", "fresh")
+    )
+    earlier = lost.metrics_refreshed_at - engine.PACK_GRACE - timedelta(seconds=1)
+    Run.objects.filter(pk=lost.pk).update(metrics_refreshed_at=earlier)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert engine.read_model_packs_sweep() == 1  # the fresh run's own task is still due
+
+    stamps = set(ScenarioValuePack.objects.filter(run=lost).values_list("refreshed_at", flat=True))
+    assert stamps == {earlier}
+    assert not ScenarioValuePack.objects.filter(run=fresh).exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert engine.read_model_packs_sweep() == 0  # packed now: nothing left to sweep
+
+
 def test_a_refresh_already_packed_is_not_packed_again(project, judge):
     version = questions(project, 3)
     run = scored_run(project, version, judge.head, scores([0.1, 0.2, 0.3]))
