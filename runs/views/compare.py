@@ -200,6 +200,14 @@ def _card(comparison: compare.Comparison, stats: dict, rates: dict) -> dict:
     }
 
 
+def _p_text(p: float | None) -> str:
+    """ "= 0.0123"; a p-value too small for a double (a large run's clear difference underflows
+    to 0.0) reads "< 1e-300", never "= 0"."""
+    if p is None:
+        return "= —"
+    return "< 1e-300" if p < 1e-300 else f"= {p:.3g}"
+
+
 def _test_display(test: dict, binary: bool) -> dict:
     ci = test["ci"]
     percent = binary and test["test"] == "mcnemar"
@@ -212,7 +220,7 @@ def _test_display(test: dict, binary: bool) -> dict:
         "ci": f"[{_signed(ci[0], percent=percent)}, {_signed(ci[1], percent=percent)}]"
         if ci
         else "",
-        "p_value": f"{test['p_value']:.3g}" if test["p_value"] is not None else "—",
+        "p_value": _p_text(test["p_value"]),
         "n": test["n"],
         "excluded": test["excluded"],
         "name": test["test"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from runs.views import compare as compare_views
 from tests.runs.test_compare import JUDGE_SCHEMA, questions, scored_run, scores
 
 HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "compare-rows"}
@@ -38,6 +39,7 @@ def test_it_renders_cards_tests_and_aligned_rows(viewer_client, pair):
     assert response.status_code == 200 and "<html" in page
     assert "judge.score" in page and "judge.success" in page and "higher is better" in page
     assert "paired bootstrap" in page and "mcnemar" in page and "3 pairs" in page
+    assert ": p = 1 over 3 pairs" in page  # each p-value with its pairs
     assert "1 with an error" in page  # the baseline's errored cell, left out
     assert (
         'id="compare-rows"' in page and "Base run answer 2" in page and "Cand run answer 2" in page
@@ -45,6 +47,17 @@ def test_it_renders_cards_tests_and_aligned_rows(viewer_client, pair):
     assert 'class="delta-down">\u22120.3<' in page and 'class="delta-up">+0.2<' in page
     assert "data-chart=" in page and "Export CSV" in page
     assert f"compare/export?runs={base.pk}%2C{cand.pk}&amp;format=csv" in page
+
+
+@pytest.mark.parametrize(
+    ("p_value", "shown"), [(0.0123456, "= 0.0123"), (0.0, "< 1e-300"), (None, "= —")]
+)
+def test_a_p_value_too_small_for_a_double_never_reads_as_zero(p_value, shown):
+    """A million pairs with a clear difference: the p-value underflows to 0.0, which is not a
+    probability the test can give; the page says how small it is instead."""
+    test = {"verdict": "better", "difference": 0.01, "ci": [0.005, 0.015], "p_value": p_value}
+    test |= {"n": 10**6, "excluded": {}, "test": "mcnemar", "method": "chi-square"}
+    assert compare_views._test_display(test, binary=True)["p_value"] == shown
 
 
 def test_it_swaps_only_the_rows_for_htmx(viewer_client, pair):
