@@ -357,14 +357,13 @@ def _aligned(present: np.ndarray, at, column: np.ndarray, errored_at: np.ndarray
         else:
             inside = at < length
             value[at[inside]] = column[inside]
-    everywhere = present.all()
-    if not everywhere:
+    if not present.all():  # (scenarios without a testcase have no value: nor an error, below)
         value[~present] = np.nan
     errored = np.zeros(length, dtype=bool)
     errored[errored_at[errored_at < length]] = True
-    if not len(errored_at):
-        return value, errored
-    return value, errored & np.isnan(value) if everywhere else errored & present & np.isnan(value)
+    if len(errored_at):
+        errored &= present & np.isnan(value)
+    return value, errored
 
 
 def _results_values(run: Run, metrics: list[SharedMetric]) -> RunValues:

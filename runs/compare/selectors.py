@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 from django.db import connection
 
-from runs.metrics import pack_decode
+from runs.metrics import indexes_decode, pack_decode
 from runs.traces import trace_roots
 
 Cell = tuple[int, str, str]  # (run id, step key, metric key): one metric of one run
@@ -28,7 +28,6 @@ _FIELD = struct.Struct(">i")
 # they are 0 to count - 1; values of the pack's dtype and scale), or int4 and float8 as the rows
 # give them when a run has no current pack.
 _ROW = struct.Struct(">hihih")  # field count, then length and value of kind, i (int2 each)
-_INDEX = np.dtype(">i4")
 _PRESENT, _VALUES, _ERRORED = 0, 1, 2
 # A run's pack of a cell, read while its stamp is the run's last refresh; the rows are read
 # instead when there is none (HAVING: then the aggregate gives no row and scans nothing).
@@ -128,7 +127,9 @@ def _copy_rows(sql: str, params: list):
                     count, pos = _field(message, pos + _ROW.size)
                     dtype, pos = _field(message, pos)
                     scale, pos = _field(message, pos)
-                    indexes, pos = _indexes(message, pos, int.from_bytes(count, "big"))
+                    length, at = _FIELD.unpack_from(message, pos)[0], pos + 4
+                    indexes = indexes_decode(int.from_bytes(count, "big"), message, at, length)
+                    pos = at + max(length, 0)  # -1: NULL (string_agg of no rows)
                     length, at = _FIELD.unpack_from(message, pos)[0], pos + 4
                     values = pack_decode(
                         dtype.decode(), int.from_bytes(scale, "big"), message, at, max(length, 0)
@@ -140,19 +141,6 @@ def _field(data, pos: int) -> tuple[bytes, int]:
     """One field's bytes and where the next field starts."""
     (length,) = _FIELD.unpack_from(data, pos)
     return bytes(data[pos + 4 : pos + 4 + length]), pos + 4 + length
-
-
-def _indexes(data, pos: int, count: int) -> tuple[np.ndarray | range, int]:
-    """A field of int4 indexes as a native array (a dense pack's, an empty field of ``count``
-    indexes: ``range(count)``, which its reader lays out without an array of indexes), and
-    where the next field starts."""
-    (length,) = _FIELD.unpack_from(data, pos)
-    pos += 4
-    if length <= 0:  # NULL (-1: string_agg of no rows) or empty
-        empty = np.empty(0, dtype=np.int32)
-        return range(count) if count else empty, pos + max(length, 0)
-    elements = np.frombuffer(data, dtype=_INDEX, count=length // 4, offset=pos)
-    return elements.astype(np.int32), pos + length
 
 
 _VALUE = (

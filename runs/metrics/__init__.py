@@ -11,7 +11,7 @@ from runs.metrics.backfill import (
     schema_validate,
 )
 from runs.metrics.mappings import mappings_build, mappings_refresh_deferred
-from runs.metrics.packs import pack_decode, runs_unpacked, values_pack
+from runs.metrics.packs import indexes_decode, pack_decode, runs_unpacked, values_pack
 from runs.metrics.schema import (
     OUTPUTS_PREFIX,
     MetricSpec,
@@ -37,6 +37,7 @@ __all__ = [
     "backfill_progress",
     "buckets_refresh",
     "disagreeing_outputs",
+    "indexes_decode",
     "inferred_schema",
     "mappings_build",
     "mappings_refresh_deferred",

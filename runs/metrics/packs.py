@@ -12,9 +12,8 @@ float8. A pass/fail metric takes 1 byte a scenario, a 1-5 grade 1, a score of fo
 latencies in ms 2 or 4; a similarity of arbitrary doubles stays 8.
 
 Read in one statement from ``ScenarioValue`` and the run's scenarios and shaped by numpy, on a
-worker after a
-run-wide refresh (``runs.queue.values_pack``: the refresh and a request closing a logged run do
-not wait for it), under the refresh's advisory lock, and stamped with its
+worker after a run-wide refresh (``runs.queue.values_pack``: the refresh and a request closing a
+logged run do not wait for it), under the refresh's advisory lock, and stamped with its
 ``metrics_refreshed_at``: the packs hold at least what that refresh wrote, and a reader that finds
 the run refreshed since (a backfill, a late cell, the *Refresh metrics* button) reads the rows
 until the packing after that refresh. A pack of a stamp already packed is skipped; a task that
@@ -106,6 +105,16 @@ def indexes_encode(indexes: bytes) -> tuple[int, bytes]:
     found = np.frombuffer(indexes, dtype=INDEX)
     dense = len(found) and found[0] == 0 and found[-1] == len(found) - 1
     return len(found), b"" if dense else indexes
+
+
+def indexes_decode(count: int, data, offset: int = 0, length: int | None = None):
+    """The indexes ``indexes_encode`` packed (from ``data[offset:offset + length]``) as a native
+    array; no bytes and a ``count``: ``range(count)``, which a reader lays out without an array
+    of indexes."""
+    length = len(data) - offset if length is None else length
+    if length <= 0:
+        return range(count) if count else np.empty(0, dtype=np.int32)
+    return np.frombuffer(data, dtype=INDEX, count=length // 4, offset=offset).astype(np.int32)
 
 
 @transaction.atomic

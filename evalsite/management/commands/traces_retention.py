@@ -1,8 +1,8 @@
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from evalsite.models import Project
+from evalsite.management.projects import project_scope
 from runs.traces import Retention, partitions_ensure, retention_apply, retention_plan
 
 
@@ -22,11 +22,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, dry_run, project, as_json, **options):
-        scope = None
-        if project:
-            scope = Project.objects.filter(slug=project).first()
-            if scope is None:
-                raise CommandError(f"No project with the slug {project!r}.")
+        scope = project_scope(project)
         if dry_run:
             report = retention_plan(project=scope)
         else:

@@ -1,6 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from evalsite.models import Project
+from evalsite.management.projects import project_scope
 from runs.metrics import runs_unpacked, values_pack
 
 
@@ -16,11 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("--project", default="", help="Only this project (its slug).")
 
     def handle(self, *args, dry_run, project, **options):
-        scope = None
-        if project:
-            scope = Project.objects.filter(slug=project).first()
-            if scope is None:
-                raise CommandError(f"No project with the slug {project!r}.")
+        scope = project_scope(project)
         runs = list(runs_unpacked(project=scope))
         if not runs:
             self.stdout.write("Nothing to pack: every finished run has packs of its last refresh.")
