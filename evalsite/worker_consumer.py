@@ -1,0 +1,34 @@
+"""The Celery worker's consumer, surviving a broker that drops while a task is in hand.
+
+Celery 5.7 answers a lost broker connection by collecting the connection (which detaches its
+transport) and then closing it. Closing the default channel restores the unacknowledged
+messages through that detached transport, and with the Redis transport that raises
+``AttributeError`` (kombu reads the broker's address off the detached client). The error is not
+a connection error, so it escaped and stopped the worker ("Unrecoverable error") whenever the
+broker went away while a task was running: a broker restart then left the queues without
+consumers. Here that close error is logged and the consumer reconnects as it does after any
+other connection loss. The messages it would have restored are the broker's business: a broker
+that lost them lost the queue too (the engine's sweep re-queues lost work, docs/runs.md), and
+one that kept them hands them out again after the visibility timeout.
+
+Named by ``CELERY_WORKER_CONSUMER``; only worker processes import it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery.worker.consumer import Consumer
+
+logger = logging.getLogger(__name__)
+
+
+class BrokerLossConsumer(Consumer):
+    def on_connection_error_after_connected(self, exc):
+        try:
+            super().on_connection_error_after_connected(exc)
+        except AttributeError:
+            # The connection is already let go of (Celery does that before closing it).
+            logger.warning(
+                "Closing the lost broker connection failed; reconnecting anyway", exc_info=True
+            )
