@@ -2,10 +2,12 @@
 
     uv run python benchmarks/ingest_bench.py [--path native|otlp|both] [--threads 4]
         [--spans-per-request 100] [--requests 200] [--spans 10] [--workers 2]
+        [--server-threads 4]
 
 Uses the database the settings name (DATABASE_URL, else the embedded PostgreSQL). Starts the web
-server the way ``manage.py up`` does (gunicorn, ``--workers`` processes x 4 threads), then for
-each path sends ``--requests`` bodies of ``--spans-per-request`` spans (whole traces of
+server the way ``manage.py up`` does (gunicorn, ``--workers`` processes x ``--server-threads``
+threads: 2 x 4, as ``up`` starts it unless ``WEB_CONCURRENCY``/``WEB_THREADS`` say otherwise),
+then for each path sends ``--requests`` bodies of ``--spans-per-request`` spans (whole traces of
 ``--spans`` spans: a workflow root with a session, retrieval, LLM calls with tokens and costs,
 tools; new trace ids in every request) from ``--threads`` client threads, each on its own
 keep-alive connection:
@@ -230,9 +232,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _server(port: int, workers: int, broker: str, root: Path) -> subprocess.Popen:
+def _server(port: int, workers: int, threads: int, broker: str, root: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "gunicorn", "evalsite.wsgi", "--bind", f"127.0.0.1:{port}"]
-    command += ["--workers", str(workers), "--threads", "4", "--timeout", "120"]
+    command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "120"]
     env = {**os.environ, "CELERY_BROKER_URL": broker, "PYTHONPATH": str(root)}
     process = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -352,6 +354,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests per measurement")
     parser.add_argument("--spans", type=int, default=10, help="spans per trace")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
+    parser.add_argument(
+        "--server-threads", type=int, default=4, help="threads per gunicorn process"
+    )
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/13")
     parser.add_argument(
         "--server-root",
@@ -367,7 +372,9 @@ def main() -> None:
 
     owner = user_get_or_create(username="ingest-bench", password=uuid.uuid4().hex)
     port = _free_port()
-    server = _server(port, args.workers, args.broker, args.server_root.resolve())
+    server = _server(
+        port, args.workers, args.server_threads, args.broker, args.server_root.resolve()
+    )
     meter = CpuMeter(server)
     projects = []
     try:
@@ -377,7 +384,8 @@ def main() -> None:
             # Every worker process and thread imports, connects and caches before timing.
             _post_all(port, warm_key, door, [DOORS[door][2](traces, args.spans)] * 16, 8)
         print(
-            f"gunicorn {args.workers} workers x 4 threads; {args.threads} client threads; "
+            f"gunicorn {args.workers} workers x {args.server_threads} threads; "
+            f"{args.threads} client threads; "
             f"{args.requests} requests x {traces} traces x {args.spans} spans each"
         )
         for door in doors:

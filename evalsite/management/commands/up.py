@@ -76,7 +76,7 @@ class Command(BaseCommand):
                     "--workers",
                     os.environ.get("WEB_CONCURRENCY", "2"),
                     "--threads",
-                    "4",
+                    os.environ.get("WEB_THREADS", "4"),
                     "--access-logfile",
                     "-",
                 ],
