@@ -84,8 +84,9 @@ def test_it_completes_a_run_when_the_broker_restarts_empty_mid_run(
     slow_app_run, http_server, workers, broker
 ):
     run = slow_app_run
-    # An application call is held across the restart, so the worker loses the broker with a
-    # task in hand (unacknowledged): Celery 5.7's worker used to stop there for good.
+    # Application calls are held across the restart, so the worker loses the broker with tasks
+    # in hand (unacknowledged), where Celery 5.7's own consumer could stop the worker for good
+    # (evalsite/worker_consumer.py; tests/evalsite/test_worker_consumer.py makes that race).
     answer = http_server.handler
     held, release = threading.Event(), threading.Event()
 
