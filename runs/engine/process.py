@@ -21,7 +21,7 @@ from runs.engine.compute import (
     input_cells,
     invocations_compute,
 )
-from runs.engine.progress import run_finish_if_complete
+from runs.engine.progress import run_finish_if_complete, runs_unfinished_finish
 from runs.engine.units import (
     Heartbeat,
     owner_new,
@@ -214,4 +214,5 @@ def units_sweep() -> dict[str, int]:
         "failed": len(exhausted),
         "resent": units_resend_lost(),
         "dispatched": len(runs_undispatched()),
+        "finished": len(runs_unfinished_finish()),
     }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Count, Q
+from django.db import transaction
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from runs import metrics, queue
@@ -61,28 +62,64 @@ def run_final_status(run: Run) -> str:
     return RunStatus.ERRORS if succeeded.exists() else RunStatus.FAILURE
 
 
-def run_finish(*, run: Run) -> None:
+def run_finish(*, run: Run, rescan: bool = False) -> None:
+    """End a computed run whose every cell is final: its statistics are refreshed and its status
+    set in one transaction, so a reader who sees the run ended reads its final figures (status
+    first, then the refresh, left a gap a polling client landed in). The refresh comes first:
+    its advisory lock before the run's row, the order every refresh takes them in. Two workers
+    ending one run at once both refresh; one of them ends it. ``rescan`` refreshes every
+    scenario (the sweeper's: which scenarios are dirty was lost with the transaction that failed)."""
     status = run_final_status(run)
-    if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=status, finished_at=timezone.now()
-    ):
+    with transaction.atomic():
+        dirty = None if rescan else queue.read_model_refresh_started(run.pk)
+        _statistics_refresh(run, dirty)
+        if not Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=status, finished_at=timezone.now()
+        ):
+            return
         run.status = status
-        read_model_refresh(run_id=run.pk)
+        queue.values_pack(run.pk)  # on commit, as what follows
         queue.run_finished(run.pk)  # what rests on a finished run: alignments, records
+
+
+# A run whose every cell is final still running this long after its last cell: its worker died
+# between that cell's commit and the end of the run, or the end's refresh failed and rolled back.
+UNFINISHED_GRACE = timedelta(minutes=1)
+
+
+def runs_unfinished_finish() -> list[int]:
+    """Sweeper: end computed runs whose every cell is final but which nobody ended; their ids."""
+    stale = Run.objects.filter(
+        status=RunStatus.RUNNING,
+        is_online=False,
+        total_cells__gt=0,
+        done_cells__gte=F("total_cells"),
+        progressed_at__lt=timezone.now() - UNFINISHED_GRACE,
+        application__isnull=False,
+    ).exclude(application__kind=Application.Kind.LOGGED)
+    ended = []
+    for run in stale.select_related("application"):
+        run_finish(run=run, rescan=True)
+        ended.append(run.pk)
+    return ended
 
 
 def read_model_refresh(*, run_id: int) -> None:
     """Bring a run's read model up to date: per-scenario statistics of the scenarios whose cells
     landed since the last refresh, then the run-wide statistics, mappings and inferred schemas,
     then (a finished run's) the packs comparisons read, queued: packing is the slowest part and
-    nothing waits for it. Runs on Celery (debounced after writes), at the end of a run and when
-    a logged run is closed."""
+    nothing waits for it. Runs on Celery (debounced after writes) and when a logged run is
+    closed; a computed run's end refreshes in the transaction that ends it (``run_finish``)."""
     dirty = queue.read_model_refresh_started(run_id)
     run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
-    metrics.scenarios_refresh(run=run, scenario_ids=dirty)
-    metrics.run_refresh(run=run, scenario_ids=dirty)
+    _statistics_refresh(run, dirty)
     if not run.is_active:
         queue.values_pack(run.pk)
+
+
+def _statistics_refresh(run: Run, dirty: list[int] | None) -> None:
+    metrics.scenarios_refresh(run=run, scenario_ids=dirty)
+    metrics.run_refresh(run=run, scenario_ids=dirty)
 
 
 # A pack task queued after a refresh normally lands within seconds; a run still without packs
