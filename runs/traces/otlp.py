@@ -140,6 +140,7 @@ def _otlp_protobuf(body: bytes) -> Iterator[OtelSpan]:
             scope = scope_spans.scope.name
             for i, span in enumerate(scope_spans.spans):
                 loc = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
+                status = span.status
                 yield OtelSpan(
                     loc=loc,
                     trace_id=_proto_id(span.trace_id, 16, f"{loc}.traceId"),
@@ -149,8 +150,8 @@ def _otlp_protobuf(body: bytes) -> Iterator[OtelSpan]:
                     span_kind=span.kind,
                     start_ns=span.start_time_unix_nano,
                     end_ns=span.end_time_unix_nano,
-                    status_code=span.status.code,
-                    status_message=span.status.message,
+                    status_code=status.code,
+                    status_message=status.message,
                     attributes=_proto_attributes(span.attributes),
                     events=[
                         {
@@ -172,13 +173,27 @@ def _proto_id(raw: bytes, size: int, loc: str) -> str:
 
 
 def _proto_attributes(pairs) -> dict[str, Any]:
-    return {pair.key: _proto_value(pair.value) for pair in pairs}
+    # Every span's every attribute passes here: the common case (a string) is read in the
+    # loop, without a call of its own.
+    attributes = {}
+    for pair in pairs:
+        value = pair.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            attributes[pair.key] = value.string_value
+        else:
+            attributes[pair.key] = _proto_other(value, which)
+    return attributes
 
 
 def _proto_value(value) -> Any:
     which = value.WhichOneof("value")
     if which == "string_value":  # most attributes: answered before any other test
         return value.string_value
+    return _proto_other(value, which)
+
+
+def _proto_other(value, which: str | None) -> Any:
     if which is None:
         return None
     if which == "array_value":

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 from django.utils import timezone
 
 from runs.models import Trace
-from runs.traces.spans import EPOCH, ms_between, number_add
+from runs.traces.spans import EPOCH, ms_between
 
 
 class TreeSpan(Protocol):
@@ -66,50 +66,68 @@ def span_tree(spans: Iterable[S]) -> list[tuple[S, S | None]]:
 def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
     """Set ``acc`` on every span: tokens, costs (and any other additive group) summed over the
     span and its descendants; duration is the span's own wall time (its children run inside
-    it), or the extent of its subtree when the span has no end of its own."""
+    it), or the extent of its subtree when the span has no end of its own.
+
+    Ingestion calls this for every trace it stores: the loop is written out (no helper calls
+    per span) because it runs for every span that arrives."""
     sums: dict[str, dict[str, dict[str, int | float]]] = {}
     extents: dict[str, tuple[datetime | None, datetime | None]] = {}
     for span, parent in reversed(walked):
-        unit = span.attributes["ag"]["metrics"]["unit"]
-        acc = sums.pop(span.span_id, {})
-        _add(acc, unit)
-        first, last = extents.pop(span.span_id, (None, None))
-        first = _min(first, span.start_time)
-        last = _max(last, span.end_time)
+        metrics = span.attributes["ag"]["metrics"]
+        unit = metrics["unit"]
+        span_id = span.span_id
+        acc = sums.pop(span_id, None)
+        if acc is None:
+            acc = {}
+        if unit:
+            _add(acc, unit)
+        first, last = extents.pop(span_id, NO_EXTENT)
+        start, end = span.start_time, span.end_time
+        if start is not None and (first is None or start < first):
+            first = start
+        if end is not None and (last is None or end > last):
+            last = end
         duration = unit.get("duration")
         own = duration.get("total") if duration else None
         if own is not None:
             acc["duration"] = {"total": own}
         elif first is not None and last is not None:
             acc["duration"] = {"total": ms_between(last - first)}
-        span.attributes["ag"]["metrics"]["acc"] = acc  # key order is jsonb's once stored
+        metrics["acc"] = acc  # key order is jsonb's once stored
         if parent is not None:
             key = parent.span_id
-            _add(sums.setdefault(key, {}), acc)
-            before = extents.get(key, (None, None))
-            extents[key] = (_min(before[0], first), _max(before[1], last))
+            into = sums.get(key)
+            if into is None:
+                into = sums[key] = {}
+            _add(into, acc)
+            before = extents.get(key)
+            if before is None:
+                extents[key] = (first, last)
+            else:
+                low, high = before
+                if first is not None and (low is None or first < low):
+                    low = first
+                if last is not None and (high is None or last > high):
+                    high = last
+                extents[key] = (low, high)
+
+
+NO_EXTENT: tuple[None, None] = (None, None)
 
 
 def _add(into: dict, groups: dict) -> None:
     """Add every group but duration into ``into``, in place: its dicts are its own (copies),
-    so a subtree's sums are built once instead of copied at every level."""
+    so a subtree's sums are built once instead of copied at every level. The sums are
+    ``number_add``'s, written out."""
     for group, values in groups.items():
         if group == "duration":
             continue
         target = into.get(group)
         if target is None:
-            into[group] = {key: number_add(0, value) for key, value in values.items()}
-        else:
-            for key, value in values.items():
-                target[key] = number_add(target.get(key, 0), value)
-
-
-def _min(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _max(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else max(a, b)
+            target = into[group] = {}
+        for key, value in values.items():
+            total = target.get(key, 0) + value
+            target[key] = round(total, 12) if isinstance(total, float) else total
 
 
 SUMMARY_FIELDS = [
@@ -128,19 +146,38 @@ SUMMARY_FIELDS = [
 
 
 def trace_summarise(trace: Trace, walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
-    spans = [span for span, _ in walked]
-    root = spans[0]
+    """The trace's summary from its walked spans, in one pass over them."""
+    root = walked[0][0]
+    start = end = None
+    error = False
+    tokens: list[int | float] = []
+    costs: list[int | float] = []
+    session = ""
+    for span, _ in walked:
+        if (value := span.start_time) and (start is None or value < start):
+            start = value
+        if (value := span.end_time) and (end is None or value > end):
+            end = value
+        if span.status == "error":
+            error = True
+        unit = span.attributes["ag"]["metrics"]["unit"]
+        if (group := unit.get("tokens")) and (total := group.get("total")) is not None:
+            tokens.append(total)
+        if (group := unit.get("costs")) and (total := group.get("total")) is not None:
+            costs.append(total)
+        if not session:
+            session = span_session(span)
     acc = root.attributes["ag"]["metrics"]["acc"]
     trace.name = root.name
     trace.root_span_id = root.span_id
-    trace.start_time = min((s.start_time for s in spans if s.start_time), default=None)
-    trace.end_time = max((s.end_time for s in spans if s.end_time), default=None)
+    trace.start_time = start
+    trace.end_time = end
     trace.duration_ms = acc.get("duration", {}).get("total")
-    trace.status = "error" if any(s.status == "error" for s in spans) else "ok"
-    trace.tokens = _unit_sum(spans, "tokens")
-    trace.cost = _unit_sum(spans, "costs")
-    trace.span_count = len(spans)
-    trace.session_id = next(filter(None, map(span_session, spans)), "")
+    trace.status = "error" if error else "ok"
+    trace.tokens = float(sum(tokens)) if tokens else None
+    trace.cost = float(sum(costs)) if costs else None
+    trace.span_count = len(walked)
+    trace.session_id = session
     trace.updated_at = timezone.now()
 
 
@@ -148,9 +185,3 @@ def span_session(span: TreeSpan) -> str:
     meta = span.attributes["ag"].get("meta")
     session = meta.get("session_id") if isinstance(meta, dict) else None
     return session if isinstance(session, str) else ""
-
-
-def _unit_sum(spans: list[TreeSpan], group: str) -> float | None:
-    values = [s.attributes["ag"]["metrics"]["unit"].get(group, {}).get("total") for s in spans]
-    present = [value for value in values if value is not None]
-    return float(sum(present)) if present else None
