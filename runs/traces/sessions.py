@@ -2,8 +2,10 @@
 
 A trace's session comes from its spans (``ag.meta.session_id``, set at ingest from the native
 ``session_id`` field, ``session.id`` or ``gen_ai.conversation.id``). The ``Session`` row sums its
-traces up for lists and for idle-time rules; it is recomputed from the traces in one statement
-whenever one of them is stored, so two ingests touching one session leave it right whatever
+traces up for lists and for idle-time rules. A trace stored for the first time is added to it
+(one statement reading that trace only, whatever the session's size); a trace stored again,
+moved to another session or removed has its sessions recomputed from all their traces. A lock
+per session held to commit makes two ingests touching one session leave it right whatever
 their order. ``session_dict`` is what session evaluators receive: the traces and the
 conversation assembled from their root inputs and outputs.
 """
@@ -66,20 +68,67 @@ FROM (SELECT id FROM unnest(%s::text[]) AS id ORDER BY id) u
 """
 
 
-def sessions_refresh(project_id: int, session_ids: Iterable[str], *, touch: bool = True) -> None:
-    """Recompute the named sessions of a project from their traces (one statement).
+# The traces an ingest inserted, added to their sessions: the same sums as REFRESH_SQL, over
+# those traces only, combined with the row's (LEAST/GREATEST skip NULLs, as min/max do).
+ADD_SQL = """
+INSERT INTO runs_session AS s (
+    project_id, session_id, trace_count, start_time, last_activity, duration_ms, status,
+    tokens, cost, created_at, updated_at
+)
+SELECT project_id, session_id, count(*), min(start_time),
+       max(coalesce(end_time, start_time)),
+       extract(epoch FROM max(coalesce(end_time, start_time)) - min(start_time)) * 1000,
+       CASE WHEN bool_or(status = 'error') THEN 'error' ELSE 'ok' END,
+       sum(tokens), sum(cost), now(), clock_timestamp()
+FROM runs_trace
+WHERE project_id = %s AND id = ANY(%s) AND session_id <> ''
+GROUP BY project_id, session_id
+ON CONFLICT (project_id, session_id) DO UPDATE SET
+    trace_count = s.trace_count + EXCLUDED.trace_count,
+    start_time = LEAST(s.start_time, EXCLUDED.start_time),
+    last_activity = GREATEST(s.last_activity, EXCLUDED.last_activity),
+    duration_ms = extract(epoch FROM GREATEST(s.last_activity, EXCLUDED.last_activity)
+                                     - LEAST(s.start_time, EXCLUDED.start_time)) * 1000,
+    status = CASE WHEN s.status = 'error' OR EXCLUDED.status = 'error' THEN 'error' ELSE 'ok' END,
+    tokens = CASE WHEN s.tokens IS NULL THEN EXCLUDED.tokens
+                  WHEN EXCLUDED.tokens IS NULL THEN s.tokens
+                  ELSE s.tokens + EXCLUDED.tokens END,
+    cost = CASE WHEN s.cost IS NULL THEN EXCLUDED.cost
+                WHEN EXCLUDED.cost IS NULL THEN s.cost
+                ELSE s.cost + EXCLUDED.cost END,
+    updated_at = EXCLUDED.updated_at
+"""
+
+
+def sessions_refresh(
+    project_id: int,
+    session_ids: Iterable[str],
+    *,
+    touch: bool = True,
+    added: Iterable[tuple[int, str]] = (),
+) -> None:
+    """Bring a project's sessions up to date: ``session_ids`` recomputed from all their traces
+    (traces stored again, moved or removed), and the sessions of ``added`` traces, (primary
+    key, session id) pairs this transaction inserted, counted in by adding those traces alone:
+    an ingest into a session of 50,000 traces costs what one into a session of five does.
 
     ``updated_at`` is when something of the session last arrived: session rules judge a session
     once it stopped moving. Removing traces (retention) passes ``touch=False`` to keep it."""
-    ids = sorted({sid for sid in session_ids if sid})
+    recount = sorted({sid for sid in session_ids if sid})
+    skip = set(recount)  # recomputed: they would count the added traces twice
+    new = [pk for pk, sid in added if sid and sid not in skip]
+    ids = sorted(skip | {sid for _, sid in added if sid})
     if ids:
         with prepared_cursor() as cursor:
             # Two ingests into one session would each count the traces they see, and the second
             # to commit would overwrite the first's turn. A lock per session, held to commit and
-            # taken in one order, makes the second wait; its refresh statement then starts after
-            # the first's commit and counts both.
+            # taken in one order, makes the second wait; its statements then start after the
+            # first's commit and count both.
             cursor.execute(LOCK_SQL, [project_id, ids])
-            cursor.execute(REFRESH_SQL, [project_id, ids, touch])
+            if new:
+                cursor.execute(ADD_SQL, [project_id, new])
+            if recount:
+                cursor.execute(REFRESH_SQL, [project_id, recount, touch])
 
 
 @contextmanager

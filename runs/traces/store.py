@@ -69,7 +69,8 @@ def _store(project: Project, rows: list[SpanRow], source: str) -> tuple[list[Tra
         traces.append(trace)
     watched = _traces_insert(project, traces)
     added = [(trace, list(incoming[trace.trace_id].values())) for trace in traces if trace.pk]
-    sessions = {trace.session_id for trace, _ in added}
+    arrived = [(trace.pk, trace.session_id) for trace, _ in added]  # new: added to sessions
+    sessions: set[str] = set()  # recounted
     stored = {t.trace_id: t for t in traces if t.pk is None}
     if stored:
         merged = _merge(project, stored, {trace_id: incoming[trace_id] for trace_id in stored})
@@ -83,7 +84,7 @@ def _store(project: Project, rows: list[SpanRow], source: str) -> tuple[list[Tra
     for trace in traces:
         trace.spans_received = len(incoming[trace.trace_id])
     _spans_add(project, added)
-    sessions_refresh(project.pk, sessions)
+    sessions_refresh(project.pk, sessions, added=arrived)
     return traces, watched
 
 
@@ -528,7 +529,7 @@ def traces_store(
             for trace, span in spans
         ),
     )
-    sessions_refresh(project.pk, {trace.session_id for trace in fresh})
+    sessions_refresh(project.pk, (), added=[(trace.pk, trace.session_id) for trace in fresh])
     return traces
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import pytest
+from django.db import connection, transaction
 
 from evalsite.models import Role
 from evalsite.services import api_key_create
@@ -15,6 +16,7 @@ from runs.api import sessions as api_sessions
 from runs.models import Session, Trace
 from runs.traces import trace_ingest
 from runs.traces.sessions import (
+    ADD_SQL,
     session_cursor,
     session_cursor_parse,
     session_dict,
@@ -491,3 +493,79 @@ def test_a_session_id_postgresql_cannot_hold_is_a_4xx(viewer_client, viewer_api,
     assert viewer_client.get("/p/acme/sessions/a%00b/").status_code in (400, 404)
     assert viewer_api.get(f"{URL}/a%00b").status_code in (400, 404)
     assert viewer_api.get(f"{URL}?session_id=a%00b").status_code == 400
+
+
+# --- the session's sums as traces arrive ---------------------------------------------------------
+
+
+def recounted(project, session_id: str) -> dict:
+    """The session's sums read straight off its traces (what a full recount writes)."""
+    traces = list(Trace.objects.filter(project=project, session_id=session_id))
+    ends = [t.end_time or t.start_time for t in traces]
+    tokens = [t.tokens for t in traces if t.tokens is not None]
+    costs = [t.cost for t in traces if t.cost is not None]
+    return {
+        "trace_count": len(traces),
+        "start_time": min(t.start_time for t in traces),
+        "last_activity": max(ends),
+        "duration_ms": pytest.approx(
+            (max(ends) - min(t.start_time for t in traces)).total_seconds() * 1000
+        ),
+        "status": "error" if any(t.status == "error" for t in traces) else "ok",
+        "tokens": sum(tokens) if tokens else None,
+        "cost": pytest.approx(sum(costs)) if costs else None,
+    }
+
+
+def summed(project, session_id: str) -> dict:
+    session = Session.objects.get(project=project, session_id=session_id)
+    return {field: getattr(session, field) for field in recounted(project, session_id)}
+
+
+def test_arriving_traces_keep_the_sessions_sums_exact(project):
+    # New traces one request at a time and several at once, out of time order, an error,
+    # traces without tokens, a trace arriving in two pieces, and a trace moving to another
+    # session: after each ingest the row holds what a recount of the traces gives.
+    later, earlier = DAY + timedelta(hours=2), DAY + timedelta(hours=1)
+    steps = [
+        turn("chat", 1, at=later, tokens=7),
+        turn("chat", 2, at=earlier, status="error") + turn("chat", 3, at=later + timedelta(1)),
+        [dict(span, attributes={}) for span in turn("chat", 4, at=later)][:1],  # no tokens
+        turn("chat", 5, at=DAY)[1:],  # the LLM span first, its root not arrived yet
+        turn("chat", 5, at=DAY)[:1],  # and then the root
+        turn("other", 3, at=later),  # another session
+        [{**turn("chat", 1, at=later)[0], "session_id": "other"}],  # trace 1 moves to "other"
+    ]
+    for spans in steps:
+        trace_ingest(project=project, spans=spans)
+        traces = Trace.objects.filter(project=project).exclude(session_id="")
+        for session_id in set(traces.values_list("session_id", flat=True)):
+            assert summed(project, session_id) == recounted(project, session_id)
+    assert summed(project, "chat")["trace_count"] == 4
+    assert summed(project, "other")["trace_count"] == 2
+
+
+def test_a_new_trace_is_added_to_its_session_without_reading_the_others(project):
+    """EXPLAIN ANALYZE of the statement an ingest of new traces runs: it reads the new trace
+    only, however many traces the session already has."""
+    trace_ingest(
+        project=project,
+        spans=[s for n in range(200) for s in turn("big", n, at=DAY + timedelta(seconds=n))],
+    )
+    [new] = trace_ingest(project=project, spans=turn("big", 999, at=DAY + timedelta(hours=1)))
+    undo = transaction.savepoint()  # ANALYZE runs the statement: the trace would count twice
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {ADD_SQL}", [project.pk, [new.pk]])
+        plan = cursor.fetchone()[0]
+    transaction.savepoint_rollback(undo)
+    read = []
+
+    def walk(node):
+        if node.get("Relation Name") == "runs_trace":
+            read.append(node["Actual Rows"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    assert read == [1]
+    assert summed(project, "big") == recounted(project, "big")
