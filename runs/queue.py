@@ -79,6 +79,13 @@ def read_model_refresh(run_id: int, scenario_ids: list[int] = ()) -> None:
     transaction.on_commit(queue)
 
 
+def read_model_refresh_now(run_id: int) -> None:
+    """A refresh of every scenario (which ones changed went with a transaction that failed),
+    after the commit, not debounced: a run ended without its final refresh must not wait on a
+    debounce key whose message may be gone."""
+    send("runs.tasks.run_read_model_refresh", (run_id, True))
+
+
 def _dirty_add(run_id: int, ids: list[int], debounce: bool = False) -> bool:
     """Returns whether a refresh should be queued (always, when Redis cannot be reached)."""
     try:

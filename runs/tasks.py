@@ -35,8 +35,8 @@ def units_sweep() -> dict[str, int]:
 
 
 @shared_task(acks_late=True, **RETRY)
-def run_read_model_refresh(run_id: int) -> None:
-    engine.read_model_refresh(run_id=run_id)
+def run_read_model_refresh(run_id: int, rescan: bool = False) -> None:
+    engine.read_model_refresh(run_id=run_id, rescan=rescan)
     review.reliability_refresh_for_run(run_id=run_id)
 
 

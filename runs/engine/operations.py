@@ -114,6 +114,7 @@ def _requeue(run: Run) -> None:
 @transaction.atomic
 def run_close(*, run: Run) -> Run:
     """Close a run: read-only from now on. A logged (SDK) run ends here, with its metrics."""
+    metrics.refresh_lock(run.pk)  # before the run's row, in the order every refresh takes them
     run = run_locked(run)
     logged = run_is_logged(run)
     if run.is_active and not logged:

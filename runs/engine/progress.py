@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.db import transaction
@@ -18,6 +19,8 @@ from runs.models import (
     RunStatus,
     StepType,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def run_progress_update(*, run_id: int) -> Run:
@@ -62,33 +65,44 @@ def run_final_status(run: Run) -> str:
     return RunStatus.ERRORS if succeeded.exists() else RunStatus.FAILURE
 
 
-def run_finish(*, run: Run, rescan: bool = False) -> None:
+def run_finish(*, run: Run, rescan: bool = False, refresh: bool = True) -> bool:
     """End a computed run whose every cell is final: its statistics are refreshed and its status
     set in one transaction, so a reader who sees the run ended reads its final figures (status
-    first, then the refresh, left a gap a polling client landed in). The refresh comes first:
-    its advisory lock before the run's row, the order every refresh takes them in. Two workers
+    first, then the refresh, left a gap a polling client landed in). The refresh lock comes
+    first, before the dirty scenarios are taken and before the run's row: a debounced refresh
+    still writing finishes (and commits) before, and nobody waits in a circle. Two workers
     ending one run at once both refresh; one of them ends it. ``rescan`` refreshes every
-    scenario (the sweeper's: which scenarios are dirty was lost with the transaction that failed)."""
+    scenario (the sweeper's: the dirty set went with the transaction that failed); without
+    ``refresh`` the run ends with the figures it has and a refresh is queued. Returns whether
+    this call ended the run."""
     status = run_final_status(run)
     with transaction.atomic():
-        dirty = None if rescan else queue.read_model_refresh_started(run.pk)
-        _statistics_refresh(run, dirty)
+        if refresh:
+            metrics.refresh_lock(run.pk)
+            dirty = None if rescan else queue.read_model_refresh_started(run.pk)
+            _statistics_refresh(run, dirty)
+            queue.values_pack(run.pk)  # on commit: this refresh's packs, whoever ended the run
         if not Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
             status=status, finished_at=timezone.now()
         ):
-            return
+            return False
         run.status = status
-        queue.values_pack(run.pk)  # on commit, as what follows
-        queue.run_finished(run.pk)  # what rests on a finished run: alignments, records
+        if not refresh:
+            queue.read_model_refresh_now(run.pk)
+        queue.run_finished(run.pk)  # on commit: what rests on a finished run: alignments, records
+    return True
 
 
 # A run whose every cell is final still running this long after its last cell: its worker died
 # between that cell's commit and the end of the run, or the end's refresh failed and rolled back.
 UNFINISHED_GRACE = timedelta(minutes=1)
+UNFINISHED_LIMIT = 20  # runs ended per sweep: each refreshes all its scenarios
 
 
 def runs_unfinished_finish() -> list[int]:
-    """Sweeper: end computed runs whose every cell is final but which nobody ended; their ids."""
+    """Sweeper: end computed runs whose every cell is final but which nobody ended; the ids of
+    those this call ended. One whose refresh fails here too ends with the figures it has (and a
+    refresh queued) rather than never, and never stops the sweep of the others."""
     stale = Run.objects.filter(
         status=RunStatus.RUNNING,
         is_online=False,
@@ -98,23 +112,34 @@ def runs_unfinished_finish() -> list[int]:
         application__isnull=False,
     ).exclude(application__kind=Application.Kind.LOGGED)
     ended = []
-    for run in stale.select_related("application"):
-        run_finish(run=run, rescan=True)
-        ended.append(run.pk)
+    for run in stale.select_related("application").order_by("pk")[:UNFINISHED_LIMIT]:
+        try:
+            finished = run_finish(run=run, rescan=True)
+        except Exception:
+            logger.exception("run %s: its final refresh failed again; ending it without", run.pk)
+            finished = run_finish(run=run, refresh=False)
+        if finished:
+            ended.append(run.pk)
     return ended
 
 
-def read_model_refresh(*, run_id: int) -> None:
+def read_model_refresh(*, run_id: int, rescan: bool = False) -> None:
     """Bring a run's read model up to date: per-scenario statistics of the scenarios whose cells
     landed since the last refresh, then the run-wide statistics, mappings and inferred schemas,
     then (a finished run's) the packs comparisons read, queued: packing is the slowest part and
-    nothing waits for it. Runs on Celery (debounced after writes) and when a logged run is
-    closed; a computed run's end refreshes in the transaction that ends it (``run_finish``)."""
-    dirty = queue.read_model_refresh_started(run_id)
-    run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
-    _statistics_refresh(run, dirty)
-    if not run.is_active:
-        queue.values_pack(run.pk)
+    nothing waits for it. One transaction under the run's refresh lock, taken before the dirty
+    set (so a run's end, which takes it too, never reads around a refresh still writing). Runs
+    on Celery (debounced after writes) and when a logged run is closed; a computed run's end
+    refreshes in the transaction that ends it (``run_finish``). ``rescan`` refreshes every
+    scenario."""
+    with transaction.atomic():
+        metrics.refresh_lock(run_id)
+        dirty = queue.read_model_refresh_started(run_id)
+        dirty = None if rescan else dirty
+        run = Run.objects.select_related("application", "testset_version").get(pk=run_id)
+        _statistics_refresh(run, dirty)
+        if not run.is_active:
+            queue.values_pack(run.pk)
 
 
 def _statistics_refresh(run: Run, dirty: list[int] | None) -> None:

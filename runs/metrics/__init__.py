@@ -23,6 +23,7 @@ from runs.metrics.schema import (
 )
 from runs.metrics.stats import (
     buckets_refresh,
+    refresh_lock,
     run_refresh,
     run_stats,
     scenarios_refresh,
@@ -43,6 +44,7 @@ __all__ = [
     "mappings_refresh_deferred",
     "non_null_type",
     "pack_decode",
+    "refresh_lock",
     "revision_outputs_schema",
     "run_mappings_and_metrics_refresh",
     "run_refresh",

@@ -614,6 +614,14 @@ def _invocation_step_stats(cursor, run_id: int, step_key: str, scope: Scope | No
     }
 
 
+def refresh_lock(run_id: int) -> None:
+    """Take the run's refresh lock until the transaction ends (again, if it holds it already).
+    Whoever refreshes a run takes it before anything else of the run, its row included, so two
+    refreshes (or a refresh and a run's end) wait for each other, never in a circle."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REFRESH_LOCK, run_id])
+
+
 @transaction.atomic
 def run_refresh(*, run, scenario_ids: list[int] | None = None) -> dict:
     """Recompute and store the run-wide statistics (and buckets for online runs). Idempotent;
@@ -623,8 +631,7 @@ def run_refresh(*, run, scenario_ids: list[int] | None = None) -> dict:
     Schemas are inferred again first when outputs were added. When that (or an earlier
     inference, or a backfill) changed which keys are numbers or booleans since the read model
     was written, every scenario's values are written again before they are read."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REFRESH_LOCK, run.pk])
+    refresh_lock(run.pk)
     steps = list(run.steps.select_related("revision").order_by("position", "id"))
     written = _specs_of(steps, fresh=False)  # what the per-scenario refreshes have been using
     specs = _specs_of(steps, fresh=True)

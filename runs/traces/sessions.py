@@ -81,7 +81,7 @@ SELECT project_id, session_id, count(*), min(start_time),
        CASE WHEN bool_or(status = 'error') THEN 'error' ELSE 'ok' END,
        sum(tokens), sum(cost), now(), clock_timestamp()
 FROM runs_trace
-WHERE project_id = %s AND id = ANY(%s) AND session_id <> ''
+WHERE project_id = %s AND id = ANY(%s::bigint[]) AND session_id <> ''
 GROUP BY project_id, session_id
 ON CONFLICT (project_id, session_id) DO UPDATE SET
     trace_count = s.trace_count + EXCLUDED.trace_count,

@@ -6,15 +6,24 @@ connections; the run's messages go to the test's own broker, where nobody takes 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+import redis
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from runs.engine import run_create, run_dispatch, run_start, unit_work, units_sweep
+from runs.engine import (
+    read_model_refresh,
+    run_create,
+    run_dispatch,
+    run_start,
+    unit_work,
+    units_sweep,
+)
 from runs.metrics.stats import REFRESH_LOCK
 from runs.models import Result, Run, RunMetrics
 
@@ -126,3 +135,45 @@ def test_a_failed_end_leaves_the_run_running_and_the_sweeper_ends_it(started):
     assert run.status == "success" and run.finished_at is not None
     assert run_wide(run)[EXACT]["success"]["count"] == 4
     assert units_sweep()["finished"] == 0
+
+
+def queued_tasks(broker) -> list[str]:
+    """The names of the tasks waiting on the test broker's ``runs`` queue."""
+    messages = redis.Redis.from_url(broker.url).lrange("runs", 0, -1)
+    return [json.loads(message)["headers"]["task"] for message in messages]
+
+
+def test_a_run_whose_refresh_keeps_failing_still_ends_and_queues_a_refresh(started, broker):
+    run = started
+    with connection.cursor() as cursor:  # every refresh of this run gives up on the lock
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [REFRESH_LOCK, run.pk])
+
+    def impatient(work):
+        def run_it():
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '200ms'")
+            work()
+
+        return run_it
+
+    errors: list = []
+    in_thread(
+        impatient(lambda: unit_work(run_id=run.pk, lane="runs", heartbeat=False)), errors
+    ).join()
+    Run.objects.filter(pk=run.pk).update(progressed_at=timezone.now() - timedelta(minutes=2))
+    swept: list = []
+    in_thread(impatient(lambda: swept.append(units_sweep())), errors).join()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [REFRESH_LOCK, run.pk])
+
+    assert len(errors) == 1 and isinstance(errors[0], OperationalError)  # the worker's
+    assert swept[0]["finished"] == 1
+    run.refresh_from_db()
+    assert run.status == "success" and run.finished_at is not None
+    assert run_wide(run) is None  # ended with the figures it had: none yet
+    # A refresh is on its way and the run's end was announced. Run the refresh as its task would.
+    tasks = queued_tasks(broker)
+    assert "runs.tasks.run_read_model_refresh" in tasks and "runs.tasks.run_finished" in tasks
+    read_model_refresh(run_id=run.pk, rescan=True)
+    assert run_wide(run)[EXACT]["success"]["count"] == 4
+    assert RunMetrics.objects.filter(run=run, scenario__isnull=False).count() == 4

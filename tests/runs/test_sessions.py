@@ -533,6 +533,9 @@ def test_arriving_traces_keep_the_sessions_sums_exact(project):
         [dict(span, attributes={}) for span in turn("chat", 4, at=later)][:1],  # no tokens
         turn("chat", 5, at=DAY)[1:],  # the LLM span first, its root not arrived yet
         turn("chat", 5, at=DAY)[:1],  # and then the root
+        # A new trace and one stored already, of one session, in one request: the session is
+        # recounted, and the new trace not added on top of the recount.
+        turn("chat", 6, at=later) + turn("chat", 2, at=earlier)[:1],
         turn("other", 3, at=later),  # another session
         [{**turn("chat", 1, at=later)[0], "session_id": "other"}],  # trace 1 moves to "other"
     ]
@@ -541,7 +544,8 @@ def test_arriving_traces_keep_the_sessions_sums_exact(project):
         traces = Trace.objects.filter(project=project).exclude(session_id="")
         for session_id in set(traces.values_list("session_id", flat=True)):
             assert summed(project, session_id) == recounted(project, session_id)
-    assert summed(project, "chat")["trace_count"] == 4
+    assert summed(project, "chat")["trace_count"] == 5
+    assert summed(project, "chat")["status"] == "ok"  # trace 2 was sent again, without its error
     assert summed(project, "other")["trace_count"] == 2
 
 
