@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -16,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from evalsite.celery import QUEUES
 from evalsite.demo import DEMO_PASSWORD, DEMO_USER
 from evalsite.env import env_bool
+from evalsite.supervise import Supervisor
 
 
 class Command(BaseCommand):
@@ -49,39 +49,29 @@ class Command(BaseCommand):
         children = [
             # Application calls, cheap evaluators, sandboxed code, online rules, and the one beat
             # (its sweeper re-queues units whose worker died).
-            _worker(
-                env,
-                queues=[q for q in QUEUES if q != "llm"],
-                concurrency=os.environ.get("WORKER_CONCURRENCY", "2"),
-                extra=[
-                    *("-n", "runs@%h", "--beat"),
-                    *("--schedule", str(settings.DATA_DIR / "celerybeat-schedule")),
-                ],
+            (
+                "the runs worker",
+                lambda: _worker(
+                    env,
+                    queues=[q for q in QUEUES if q != "llm"],
+                    concurrency=os.environ.get("WORKER_CONCURRENCY", "2"),
+                    extra=[
+                        *("-n", "runs@%h", "--beat"),
+                        *("--schedule", str(settings.DATA_DIR / "celerybeat-schedule")),
+                    ],
+                ),
             ),
             # Model calls wait on the network: many at once in threads, not processes.
-            _worker(
-                env,
-                queues=["llm"],
-                concurrency=os.environ.get("LLM_WORKER_CONCURRENCY", "8"),
-                extra=["-n", "llm@%h", "--pool", "threads"],
+            (
+                "the llm worker",
+                lambda: _worker(
+                    env,
+                    queues=["llm"],
+                    concurrency=os.environ.get("LLM_WORKER_CONCURRENCY", "8"),
+                    extra=["-n", "llm@%h", "--pool", "threads"],
+                ),
             ),
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "evalsite.wsgi",
-                    "--bind",
-                    f"{host}:{port}",
-                    "--workers",
-                    os.environ.get("WEB_CONCURRENCY", "2"),
-                    "--threads",
-                    os.environ.get("WEB_THREADS", "4"),
-                    "--access-logfile",
-                    "-",
-                ],
-                env=env,
-            ),
+            ("the web server", lambda: _web(env, host, port)),
         ]
         url = f"http://{host}:{port}/"
         login = "" if no_demo else f"  (log in as {DEMO_USER} / {DEMO_PASSWORD})"
@@ -92,23 +82,19 @@ class Command(BaseCommand):
                 "Press Ctrl-C to stop.\n"
             )
         )
-        try:
-            while all(child.poll() is None for child in children):
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            for child in children:
-                try:
-                    child.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-        failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM, None)]
-        if failed:
+        # A child that dies (a worker killed for its memory) is started again; one that keeps
+        # dying stops the site with the reason.
+        supervisor = Supervisor(children, log=lambda line: self.stderr.write(f"up: {line}"))
+        signal.signal(signal.SIGTERM, supervisor.stop)  # a service manager's stop: a clean one
+        if supervisor.run():
             sys.exit(1)
+
+
+def _web(env: dict, host: str, port: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "gunicorn", "evalsite.wsgi", "--bind", f"{host}:{port}"]
+    command += ["--workers", os.environ.get("WEB_CONCURRENCY", "2")]
+    command += ["--threads", os.environ.get("WEB_THREADS", "4"), "--access-logfile", "-"]
+    return subprocess.Popen(command, env=env)
 
 
 def _worker(env: dict, *, queues: list[str], concurrency: str, extra: list[str]):
