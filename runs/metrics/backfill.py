@@ -18,7 +18,7 @@ from evaluators.models import EvaluatorRevision
 from runs import queue
 from runs.metrics.mappings import mappings_build
 from runs.metrics.schema import schema_metrics
-from runs.metrics.stats import run_refresh, scenarios_refresh
+from runs.metrics.stats import refresh_lock, run_refresh, scenarios_refresh
 from runs.models import Annotation, Run
 
 
@@ -99,12 +99,14 @@ def schema_backfill_apply(
 
 
 def run_mappings_and_metrics_refresh(*, run_id: int) -> None:
-    run = Run.objects.select_related("testset_version", "application").get(pk=run_id)
-    Run.objects.filter(pk=run_id).update(mappings=mappings_build(run))
-    run.refresh_from_db()
-    scenarios_refresh(run=run, scenario_ids=None)  # the schema's keys are new columns
-    run_refresh(run=run)
-    queue.values_pack(run_id)
+    with transaction.atomic():
+        refresh_lock(run_id)  # before the run's row, as every refresh of a run
+        run = Run.objects.select_related("testset_version", "application").get(pk=run_id)
+        Run.objects.filter(pk=run_id).update(mappings=mappings_build(run))
+        run.refresh_from_db()
+        scenarios_refresh(run=run, scenario_ids=None)  # the schema's keys are new columns
+        run_refresh(run=run)
+        queue.values_pack(run_id)
 
 
 def disagreeing_outputs(
