@@ -6,7 +6,6 @@ import base64
 import binascii
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,67 +33,69 @@ GEN_AI_OPERATIONS = {
 }
 
 
-@dataclass
-class OtelSpan:
-    """One span read from OTLP, protobuf or JSON, before mapping to the native shape."""
-
-    loc: str
-    trace_id: str
-    span_id: str
-    parent_id: str
-    name: str
-    span_kind: int
-    start_ns: int
-    end_ns: int
-    status_code: int
-    status_message: str
-    attributes: dict[str, Any]
-    events: list[dict[str, Any]]
-    resource: dict[str, Any]
-    scope: str
-
-
 def otlp_spans(body: bytes, content_type: str) -> list[tuple[str, dict[str, Any]]]:
     """Decode an OTLP/HTTP ``ExportTraceServiceRequest`` (protobuf or JSON) into native spans,
     each with its location in the request for error messages."""
     if content_type == PROTOBUF:
-        otel_spans = list(_otlp_protobuf(body))
-    elif content_type == JSON:
-        otel_spans = list(_otlp_json(body))
-    else:
-        raise InvalidInput({"content_type": [f"{content_type!r} is not {PROTOBUF} or {JSON}"]})
-    return [(span.loc, _native(span)) for span in otel_spans]
+        return list(_otlp_protobuf(body))
+    if content_type == JSON:
+        return list(_otlp_json(body))
+    raise InvalidInput({"content_type": [f"{content_type!r} is not {PROTOBUF} or {JSON}"]})
 
 
-def _native(span: OtelSpan) -> dict[str, Any]:
-    attributes = dict(span.attributes)
-    otel: dict[str, Any] = {"span_kind": OTEL_SPAN_KINDS.get(span.span_kind, "unspecified")}
-    if span.scope:
-        otel["scope"] = span.scope
-    if span.resource:
-        otel["resource"] = span.resource
-    if span.events:
-        otel["events"] = span.events
+class _Scope:
+    """What every span of one resource and scope shares, worked out once for all of them."""
+
+    __slots__ = ("otel", "service")
+
+    def __init__(self, resource: dict[str, Any], scope: str):
+        self.otel = {
+            key: value for key, value in (("scope", scope), ("resource", resource)) if value
+        }
+        service = resource.get("service.name")
+        self.service = service if isinstance(service, str) else None
+
+
+def _native(
+    scope: _Scope,
+    trace_id: str,
+    span_id: str,
+    parent_id: str,
+    name: str,
+    span_kind: int,
+    start_ns: int,
+    end_ns: int,
+    status_code: int,
+    status_message: str,
+    attributes: dict[str, Any],
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One OTLP span, protobuf or JSON, in the native shape. ``attributes`` is the span's own
+    dict (built by the decoder): it is changed in place. Called with positional arguments for
+    every span of a request, hence no intermediate object."""
+    otel = {"span_kind": OTEL_SPAN_KINDS.get(span_kind, "unspecified"), **scope.otel}
+    if events:
+        otel["events"] = events
     meta = {"otel": otel}
-    if isinstance(service := span.resource.get("service.name"), str):
-        meta["service"] = service
+    if scope.service is not None:
+        meta["service"] = scope.service
+    kind = _otel_kind(attributes)
     ag = attributes.get("ag")
     ag = attributes["ag"] = dict(ag) if isinstance(ag, dict) else {}
     given = ag.get("meta")
     ag["meta"] = {**meta, **given} if isinstance(given, dict) else meta
-    message = span.status_message
-    if span.status_code == 2 and not message:
-        message = _exception_message(span.events)
+    if status_code == 2 and not status_message:
+        status_message = _exception_message(events)
     return {
-        "trace_id": span.trace_id,
-        "span_id": span.span_id,
-        "parent_id": span.parent_id or None,
-        "name": (span.name or "unnamed")[:300],
-        "kind": _otel_kind(span.attributes),
-        "start_time": _from_nanos(span.start_ns) if span.start_ns else None,
-        "end_time": _from_nanos(span.end_ns) if span.end_ns else None,
-        "status": "error" if span.status_code == 2 else "ok",
-        "status_message": message,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_id": parent_id or None,
+        "name": (name or "unnamed")[:300],
+        "kind": kind,
+        "start_time": _from_nanos(start_ns) if start_ns else None,
+        "end_time": _from_nanos(end_ns) if end_ns else None,
+        "status": "error" if status_code == 2 else "ok",
+        "status_message": status_message,
         "attributes": attributes,
     }
 
@@ -124,7 +125,7 @@ def _from_nanos(nanos: int) -> datetime:
     return EPOCH + timedelta(microseconds=nanos // 1000)
 
 
-def _otlp_protobuf(body: bytes) -> Iterator[OtelSpan]:
+def _otlp_protobuf(body: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -137,38 +138,41 @@ def _otlp_protobuf(body: bytes) -> Iterator[OtelSpan]:
     for r, resource_spans in enumerate(request.resource_spans):
         resource = _proto_attributes(resource_spans.resource.attributes)
         for s, scope_spans in enumerate(resource_spans.scope_spans):
-            scope = scope_spans.scope.name
+            scope = _Scope(resource, scope_spans.scope.name)
             for i, span in enumerate(scope_spans.spans):
                 loc = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
                 status = span.status
-                yield OtelSpan(
-                    loc=loc,
-                    trace_id=_proto_id(span.trace_id, 16, f"{loc}.traceId"),
-                    span_id=_proto_id(span.span_id, 8, f"{loc}.spanId"),
-                    parent_id=span.parent_span_id.hex(),
-                    name=span.name,
-                    span_kind=span.kind,
-                    start_ns=span.start_time_unix_nano,
-                    end_ns=span.end_time_unix_nano,
-                    status_code=status.code,
-                    status_message=status.message,
-                    attributes=_proto_attributes(span.attributes),
-                    events=[
-                        {
-                            "name": event.name,
-                            "time": iso(_from_nanos(event.time_unix_nano)),
-                            "attributes": _proto_attributes(event.attributes),
-                        }
-                        for event in span.events
-                    ],
-                    resource=resource,
-                    scope=scope,
+                events = span.events
+                yield (
+                    loc,
+                    _native(
+                        scope,
+                        _proto_id(span.trace_id, 16, loc, "traceId"),
+                        _proto_id(span.span_id, 8, loc, "spanId"),
+                        span.parent_span_id.hex(),
+                        span.name,
+                        span.kind,
+                        span.start_time_unix_nano,
+                        span.end_time_unix_nano,
+                        status.code,
+                        status.message,
+                        _proto_attributes(span.attributes),
+                        [_proto_event(event) for event in events] if events else [],
+                    ),
                 )
 
 
-def _proto_id(raw: bytes, size: int, loc: str) -> str:
+def _proto_event(event) -> dict[str, Any]:
+    return {
+        "name": event.name,
+        "time": iso(_from_nanos(event.time_unix_nano)),
+        "attributes": _proto_attributes(event.attributes),
+    }
+
+
+def _proto_id(raw: bytes, size: int, loc: str, field: str) -> str:
     if len(raw) != size or not any(raw):
-        raise InvalidInput({loc: [f"must be {size} bytes, not all zero"]})
+        raise InvalidInput({f"{loc}.{field}": [f"must be {size} bytes, not all zero"]})
     return raw.hex()
 
 
@@ -212,7 +216,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _otlp_json(body: bytes) -> Iterator[OtelSpan]:
+def _otlp_json(body: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         document = jsonsafe.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -226,30 +230,30 @@ def _otlp_json(body: bytes) -> Iterator[OtelSpan]:
         )
         for s, scope_spans in enumerate(_list(resource_spans, "scopeSpans", resource_loc)):
             scope_loc = f"{resource_loc}.scopeSpans[{s}]"
-            scope = _get(_get(scope_spans, "scope") or {}, "name") or ""
+            scope = _Scope(resource, str(_get(_get(scope_spans, "scope") or {}, "name") or ""))
             for i, span in enumerate(_list(scope_spans, "spans", scope_loc)):
-                yield _json_span(span, f"{scope_loc}.spans[{i}]", resource, str(scope))
+                yield _json_span(span, f"{scope_loc}.spans[{i}]", scope)
 
 
-def _json_span(span: Any, loc: str, resource: dict, scope: str) -> OtelSpan:
+def _json_span(span: Any, loc: str, scope: _Scope) -> tuple[str, dict[str, Any]]:
     if not isinstance(span, dict):
         raise InvalidInput({loc: ["must be a Span object"]})
     status = _get(span, "status") or {}
-    return OtelSpan(
-        loc=loc,
-        trace_id=_json_id(_get(span, "traceId"), 16, f"{loc}.traceId"),
-        span_id=_json_id(_get(span, "spanId"), 8, f"{loc}.spanId"),
-        parent_id=_json_id(_get(span, "parentSpanId"), 8, f"{loc}.parentSpanId", optional=True),
-        name=str(_get(span, "name") or ""),
-        span_kind=_json_enum(_get(span, "kind"), "SPAN_KIND_", OTEL_SPAN_KINDS, f"{loc}.kind"),
-        start_ns=_json_int(_get(span, "startTimeUnixNano"), f"{loc}.startTimeUnixNano"),
-        end_ns=_json_int(_get(span, "endTimeUnixNano"), f"{loc}.endTimeUnixNano"),
-        status_code=_json_enum(
+    return loc, _native(
+        scope,
+        _json_id(_get(span, "traceId"), 16, f"{loc}.traceId"),
+        _json_id(_get(span, "spanId"), 8, f"{loc}.spanId"),
+        _json_id(_get(span, "parentSpanId"), 8, f"{loc}.parentSpanId", optional=True),
+        str(_get(span, "name") or ""),
+        _json_enum(_get(span, "kind"), "SPAN_KIND_", OTEL_SPAN_KINDS, f"{loc}.kind"),
+        _json_int(_get(span, "startTimeUnixNano"), f"{loc}.startTimeUnixNano"),
+        _json_int(_get(span, "endTimeUnixNano"), f"{loc}.endTimeUnixNano"),
+        _json_enum(
             _get(status, "code"), "STATUS_CODE_", {1: "ok", 2: "error"}, f"{loc}.status.code"
         ),
-        status_message=str(_get(status, "message") or ""),
-        attributes=_json_attributes(_get(span, "attributes"), f"{loc}.attributes"),
-        events=[
+        str(_get(status, "message") or ""),
+        _json_attributes(_get(span, "attributes"), f"{loc}.attributes"),
+        [
             {
                 "name": _get(event, "name") or "",
                 "time": iso(_from_nanos(_json_int(_get(event, "timeUnixNano"), f"{loc}.events"))),
@@ -257,8 +261,6 @@ def _json_span(span: Any, loc: str, resource: dict, scope: str) -> OtelSpan:
             }
             for event in _list(span, "events", loc)
         ],
-        resource=resource,
-        scope=scope,
     )
 
 

@@ -8,23 +8,18 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, NotRequired
 
 import orjson
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
     ConfigDict,
-    Field,
-    PlainValidator,
     StringConstraints,
     TypeAdapter,
     ValidationError,
-    ValidationInfo,
-    field_validator,
 )
 from typing_extensions import TypedDict  # pydantic's choice before Python 3.12
 
+from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
 from runs import conf
 
@@ -67,27 +62,19 @@ class SpanRow:
     attributes: dict[str, Any]
 
 
-def _number(value: Any) -> int | float:
-    # Not pydantic's float: it would turn token counts into 10.0 and accept true as 1.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
-Number = Annotated[int | float, PlainValidator(_number)]
-
-
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+ParentId = Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9_.:\-]*$")]
 
 
+# What pydantic checks, it checks without calling back into Python: a call per span and field
+# from its validator costs more than the rest of the validation. ``_row`` finishes the span
+# (time zones, end before start, status words, unit numbers) in plain Python.
 # The attributes validate into plain dicts (TypedDicts), not model instances: a span carries
 # several of them and ingestion handles thousands of spans a second.
 class MetricsIn(TypedDict):
     __pydantic_config__ = ConfigDict(extra="allow")
 
-    unit: NotRequired[dict[str, dict[str, Number]]]
+    unit: NotRequired[dict[str, dict[str, Any]]]  # numbers: _unit_checked
     # Whatever a sender puts in acc is ignored: it is recomputed from the stored tree.
     acc: NotRequired[Any]
 
@@ -127,50 +114,49 @@ def _has_flat_ag_keys(value: dict) -> bool:
         return any(isinstance(key, str) and key.startswith("ag.") for key in value)
 
 
-class SpanIn(BaseModel):
-    """One span in the native shape (docs/traces.md)."""
+class SpanIn(TypedDict):
+    """One span in the native shape (docs/traces.md), as pydantic checks it."""
 
-    model_config = ConfigDict(extra="ignore")
+    __pydantic_config__ = ConfigDict(extra="ignore")
 
     trace_id: Id
     span_id: Id
-    parent_id: Id | None = None
+    parent_id: NotRequired[ParentId | None]  # "" and None: a root
     name: Annotated[str, StringConstraints(min_length=1, max_length=300)]
-    kind: Annotated[str, StringConstraints(min_length=1, max_length=32, to_lower=True)] = "task"
+    kind: NotRequired[Annotated[str, StringConstraints(min_length=1, max_length=32, to_lower=True)]]
     start_time: datetime
-    end_time: datetime | None = None
-    status: Literal["ok", "error"] = "ok"
-    status_message: str | None = None
-    session_id: Annotated[str, StringConstraints(max_length=200)] | None = None
-    attributes: Annotated[AttributesIn, BeforeValidator(_nest_flat_ag_keys)] = Field(
-        default_factory=dict
-    )
+    end_time: NotRequired[datetime | None]
+    status: NotRequired[Any]  # _status
+    status_message: NotRequired[str | None]
+    session_id: NotRequired[Annotated[str, StringConstraints(max_length=200)] | None]
+    attributes: NotRequired[AttributesIn]
 
-    @field_validator("parent_id", mode="before")
-    @classmethod
-    def _empty_parent_is_none(cls, value: Any) -> Any:
-        return value or None
 
-    @field_validator("status", mode="before")
-    @classmethod
-    def _status_words(cls, value: Any) -> Any:
-        # OpenTelemetry spells them UNSET / OK / ERROR (or STATUS_CODE_ERROR); unset is ok.
-        if value is None:
+def _status(value: Any) -> str:
+    # OpenTelemetry spells them UNSET / OK / ERROR (or STATUS_CODE_ERROR); unset is ok.
+    if value is None or value == "ok":
+        return "ok"
+    if isinstance(value, str):
+        word = value.lower().removeprefix("status_code_")
+        if word in ("", "unset", "ok"):
             return "ok"
-        if isinstance(value, str):
-            word = value.lower().removeprefix("status_code_")
-            return "ok" if word in ("", "unset") else word
-        return value
+        if word == "error":
+            return word
+    raise InvalidInput({"status": ["Input should be 'ok' or 'error'"]})
 
-    @field_validator("start_time", "end_time")
-    @classmethod
-    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        start = info.data.get("start_time")
-        if info.field_name == "end_time" and value and start and value < start:
-            raise ValueError("is before start_time")
-        return value
+
+def _unit_checked(unit: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    # Not pydantic's float: it would turn token counts into 10.0 and accept true as 1.
+    for group, values in unit.items():
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                reason = "must be a number"
+            elif isinstance(value, float) and not math.isfinite(value):
+                reason = "must be a finite number"
+            else:
+                continue
+            raise InvalidInput({f"attributes.ag.metrics.unit.{group}.{key}": [reason]})
+    return unit
 
 
 def _first_error(exc: ValidationError, loc: str, skip: int = 0) -> InvalidInput:
@@ -193,11 +179,16 @@ SPAN_LIST = TypeAdapter(list[SpanIn])
 def _validate_all(located: list[tuple[str, Any]]) -> list[SpanIn]:
     """Every span validated in one call into pydantic (a call per span costs as much again);
     the first problem is named by its span's location."""
+    raws = []
     for loc, raw in located:
         if not isinstance(raw, dict):
             raise InvalidInput({loc: ["must be an object (a span)"]})
+        attributes = raw.get("attributes")
+        if isinstance(attributes, dict) and _has_flat_ag_keys(attributes):
+            raw = {**raw, "attributes": _nest_flat_ag_keys(attributes)}
+        raws.append(raw)
     try:
-        return SPAN_LIST.validate_python([raw for _, raw in located])
+        return SPAN_LIST.validate_python(raws)
     except ValidationError as exc:
         index, *_ = exc.errors()[0]["loc"]
         raise _first_error(exc, located[int(index)][0], skip=1)
@@ -287,28 +278,38 @@ DATA_ATTRIBUTES = {
 
 def _row(span: SpanIn, max_bytes: int) -> SpanRow:
     """The span with ``ag`` normalised and ``unit`` metrics filled in from the span."""
+    start, end = span["start_time"], span.get("end_time")
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    if end is not None:
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=UTC)
+        if end < start:
+            raise InvalidInput({"end_time": ["is before start_time"]})
     return SpanRow(
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_id=span.parent_id or "",
-        name=span.name,
-        kind=span.kind,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        status=span.status,
-        status_message=span.status_message or "",
-        attributes=_attributes(span, max_bytes),
+        trace_id=span["trace_id"],
+        span_id=span["span_id"],
+        parent_id=span.get("parent_id") or "",
+        name=span["name"],
+        kind=span.get("kind", "task"),
+        start_time=start,
+        end_time=end,
+        status=_status(span.get("status")),
+        status_message=span.get("status_message") or "",
+        attributes=_attributes(span, start, end, max_bytes),
     )
 
 
-def _attributes(span: SpanIn, max_bytes: int) -> dict[str, Any]:
+def _attributes(
+    span: SpanIn, start: datetime, end: datetime | None, max_bytes: int
+) -> dict[str, Any]:
     # The dicts pydantic made for this span are its own: changed in place, not copied. A span
     # with no attribute besides "ag" (most native ones) has nothing to map.
-    other = span.attributes
+    other = span.get("attributes") or {}
     ag = other.pop("ag", None) or {}
     data, meta = ag.pop("data", None) or {}, ag.pop("meta", None) or {}
     given = ag.pop("metrics", None) or {}
-    unit = given.pop("unit", None) or {}
+    unit = _unit_checked(given.pop("unit", None) or {})
     if other:
         for field, (value_key, mime_key) in DATA_ATTRIBUTES.items():
             if value_key in other:
@@ -319,11 +320,11 @@ def _attributes(span: SpanIn, max_bytes: int) -> dict[str, Any]:
         if "system" not in meta and (system := _first(other, SYSTEM_ATTRIBUTES)) is not None:
             meta["system"] = system
     if "session_id" not in meta and (
-        session := span.session_id or (other and _first(other, SESSION_ATTRIBUTES))
+        session := span.get("session_id") or (other and _first(other, SESSION_ATTRIBUTES))
     ):
         meta["session_id"] = str(session)[:200]
-    if span.end_time is not None and "total" not in unit.get("duration", {}):
-        unit.setdefault("duration", {})["total"] = ms_between(span.end_time - span.start_time)
+    if end is not None and "total" not in unit.get("duration", {}):
+        unit.setdefault("duration", {})["total"] = ms_between(end - start)
     for group, names in (("tokens", TOKEN_ATTRIBUTES), ("costs", COST_ATTRIBUTES)):
         values = unit.get(group) or (other and _semconv_numbers(other, names))
         if values:
@@ -404,8 +405,8 @@ def _first(attributes: dict, keys: tuple[str, ...]) -> Any:
 def _decode_text(value: Any, mime: Any) -> Any:
     if isinstance(value, str) and "json" in str(mime):
         try:
-            return json.loads(value)
-        except ValueError:
+            return jsonsafe.loads(value)
+        except ValueError:  # not JSON after all, or JSON we refuse: kept as the text it is
             pass
     return value
 
@@ -414,7 +415,7 @@ def _maybe_json(key: str, value: Any) -> Any:
     # SDKs serialise structured ag.data values into strings; nothing else is guessed at.
     if key.startswith("ag.data.") and isinstance(value, str) and value[:1] in ("{", "["):
         try:
-            return json.loads(value)
+            return jsonsafe.loads(value)
         except ValueError:
             pass
     return value
@@ -436,7 +437,7 @@ def _set_path(target: dict, parts: list[str], value: Any) -> None:
 def spans_valid(trace: Any) -> bool:
     """Whether a trace dict (or spans) would pass ingestion's validation."""
     try:
-        _validate_all(list(spans_flatten([trace])))
+        span_rows(list(spans_flatten([trace])))
     except InvalidInput:
         return False
     return True

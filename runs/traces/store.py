@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from evalsite.errors import InvalidInput
 from evalsite.models import Project
@@ -246,15 +247,24 @@ SPAN_COLUMNS = (
 )  # fmt: skip
 
 
+# Binary COPY: timestamps and numbers travel as PostgreSQL stores them, neither side formats or
+# parses text (two fifths of the client's COPY time and a sixth of the server's, measured).
+SPAN_COPY = f"COPY runs_span ({', '.join(SPAN_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+SPAN_COPY_TYPES = (
+    "int8", "int8", "text", "text", "text", "text", "timestamptz", "timestamptz", "text", "text",
+    "jsonb", "timestamptz",
+)  # fmt: skip
+
+
 def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> None:
     """Spans not stored yet, by COPY (a third of an INSERT's cost to PostgreSQL). A new trace's
     spans are written by the request that inserted it (another one inserting it waits for its
     commit), a stored trace's by the holder of its lock, who has read them: none can collide."""
     if not any(rows for _, rows in spans):
         return
-    sql = f"COPY runs_span ({', '.join(SPAN_COLUMNS)}) FROM STDIN"
     project_pk = project.pk
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+    with connection.cursor() as cursor, cursor.cursor.copy(SPAN_COPY) as copy:
+        copy.set_types(SPAN_COPY_TYPES)
         for trace, rows in spans:
             trace_pk, arrived = trace.pk, trace.created_at
             for span in rows:
@@ -270,7 +280,7 @@ def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> No
                         span.end_time,
                         span.status,
                         span.status_message,
-                        json_bytes(span.attributes).decode(),
+                        Jsonb(span.attributes, dumps=json_bytes),
                         # The partition key: the trace's arrival, the same for all its spans.
                         arrived,
                     )

@@ -359,3 +359,14 @@ def test_it_stores_every_span_once_when_an_export_is_retried(api, project):
 
     assert list(Span.objects.filter(project=project).order_by("span_id").values()) == spans
     assert list(Trace.objects.filter(project=project).values()) == traces
+
+
+def test_it_keeps_a_json_payload_nested_too_deep_as_its_text(api, project):
+    deep = "[" * 5000 + "]" * 5000  # the standard library's parser recursed out on this
+    body = otlp_json()
+    root = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    root["attributes"][0]["value"]["stringValue"] = deep
+    response = api.post(URL, body, format="json")
+    assert response.status_code == 200
+    root_span = trace_dict(Trace.objects.get(project=project))["spans"][ROOT]
+    assert root_span["attributes"]["ag"]["data"]["inputs"] == deep
