@@ -69,8 +69,14 @@ FROM (SELECT id FROM unnest(%s::text[]) AS id ORDER BY id) u
 
 
 # The traces an ingest inserted, added to their sessions: the same sums as REFRESH_SQL, over
-# those traces only, combined with the row's (LEAST/GREATEST skip NULLs, as min/max do).
+# those traces only, combined with the row's (LEAST/GREATEST skip NULLs, as min/max do). The
+# sessions' locks (LOCK_SQL) are taken in the same statement, before any session row: the
+# GROUP BY reads every joined row, and so the locks, before the first row is written.
 ADD_SQL = """
+WITH locked AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(hashtextextended(%(project)s::text || ':' || u.id, 1397052243)))
+    FROM (SELECT id FROM unnest(%(sessions)s::text[]) AS id ORDER BY id) u
+)
 INSERT INTO runs_session AS s (
     project_id, session_id, trace_count, start_time, last_activity, duration_ms, status,
     tokens, cost, created_at, updated_at
@@ -80,8 +86,8 @@ SELECT project_id, session_id, count(*), min(start_time),
        extract(epoch FROM max(coalesce(end_time, start_time)) - min(start_time)) * 1000,
        CASE WHEN bool_or(status = 'error') THEN 'error' ELSE 'ok' END,
        sum(tokens), sum(cost), now(), clock_timestamp()
-FROM runs_trace
-WHERE project_id = %s AND id = ANY(%s::bigint[]) AND session_id <> ''
+FROM runs_trace CROSS JOIN locked
+WHERE project_id = %(project)s AND id = ANY(%(traces)s::bigint[]) AND session_id <> ''
 GROUP BY project_id, session_id
 ON CONFLICT (project_id, session_id) DO UPDATE SET
     trace_count = s.trace_count + EXCLUDED.trace_count,
@@ -118,17 +124,19 @@ def sessions_refresh(
     skip = set(recount)  # recomputed: they would count the added traces twice
     new = [pk for pk, sid in added if sid and sid not in skip]
     ids = sorted(skip | {sid for _, sid in added if sid})
-    if ids:
-        with prepared_cursor() as cursor:
-            # Two ingests into one session would each count the traces they see, and the second
-            # to commit would overwrite the first's turn. A lock per session, held to commit and
-            # taken in one order, makes the second wait; its statements then start after the
-            # first's commit and count both.
+    if not ids:
+        return
+    with prepared_cursor() as cursor:
+        # Two ingests into one session would each count the traces they see, and the second to
+        # commit would overwrite the first's turn. A lock per session, held to commit and taken
+        # in one order, makes the second wait; its statements then start after the first's
+        # commit and count both. An ingest of new traces only (most) takes them as it adds.
+        if recount:
             cursor.execute(LOCK_SQL, [project_id, ids])
-            if new:
-                cursor.execute(ADD_SQL, [project_id, new])
-            if recount:
-                cursor.execute(REFRESH_SQL, [project_id, recount, touch])
+        if new:
+            cursor.execute(ADD_SQL, {"project": project_id, "sessions": ids, "traces": new})
+        if recount:
+            cursor.execute(REFRESH_SQL, [project_id, recount, touch])
 
 
 @contextmanager

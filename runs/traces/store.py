@@ -171,10 +171,11 @@ def _traces_insert(project: Project, traces: list[Trace]) -> bool:
     with prepared_cursor() as cursor:
         cursor.execute(_trace_insert_sql(), params)
         rows = cursor.fetchall()
-    inserted = {trace_id: (pk, created) for _, pk, trace_id, created in rows if pk is not None}
+    # An inserted trace's created_at is the one it was sent with: not read back.
+    inserted = {trace_id: pk for _, pk, trace_id in rows if pk is not None}
     for trace in traces:
-        if trace.trace_id in inserted:
-            trace.pk, trace.created_at = inserted[trace.trace_id]
+        if (pk := inserted.get(trace.trace_id)) is not None:
+            trace.pk = pk
             trace._state.adding = False
     return rows[0][0]
 
@@ -197,8 +198,8 @@ def _trace_insert_sql() -> str:
         f"FROM jsonb_to_recordset(%(traces)s::jsonb) AS r({record})), "
         f"inserted AS (INSERT INTO {table} (id, {columns}) SELECT id, {columns} "
         "FROM arrived ORDER BY trace_id "
-        "ON CONFLICT (project_id, trace_id) DO NOTHING RETURNING id, trace_id, created_at) "
-        "SELECT watched, id, trace_id, created_at FROM watched LEFT JOIN inserted ON true"
+        "ON CONFLICT (project_id, trace_id) DO NOTHING RETURNING id, trace_id) "
+        "SELECT watched, id, trace_id FROM watched LEFT JOIN inserted ON true"
     )
 
 

@@ -51,16 +51,29 @@ def span_tree(spans: Iterable[S]) -> list[tuple[S, S | None]]:
     roots.sort(key=lambda span: span.parent_id != "")
     walked: list[tuple[S, S | None]] = []
     seen: set[str] = set()
-    for root in [*roots, *ordered]:
+    _walk(roots, children, walked, seen)
+    if len(walked) < len(ordered):  # a cycle: its first span by start time is its root
+        _walk(ordered, children, walked, seen)
+    return walked
+
+
+def _walk(
+    roots: list[S], children: dict[str, list[S]], walked: list[tuple[S, S | None]], seen: set[str]
+) -> None:
+    for root in roots:
+        if root.span_id in seen:
+            continue
         stack: list[tuple[S, S | None]] = [(root, None)]
         while stack:
             span, parent = stack.pop()
-            if span.span_id in seen:
+            span_id = span.span_id
+            if span_id in seen:
                 continue
-            seen.add(span.span_id)
+            seen.add(span_id)
             walked.append((span, parent))
-            stack.extend((child, span) for child in reversed(children[span.span_id]))
-    return walked
+            kids = children.get(span_id)
+            if kids:
+                stack.extend([(child, span) for child in reversed(kids)])
 
 
 def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:

@@ -437,8 +437,8 @@ def _wait_for_a_lock_wait(seconds: float = 30) -> None:
 
 
 def test_deleting_a_project_deletes_its_spans_without_a_database_key(project, other_project):
-    # Spans hold no database foreign key to their project (migration 0012): the cascade is
-    # Django's, through the project_id index, and leaves other projects' spans alone.
+    # Spans hold neither a database foreign key to their project (migration 0012) nor an index
+    # on it (0015): they go with the project's traces, and other projects' spans stay.
     trace_ingest(project=project, spans=[span("root"), span("child", "root")])
     trace_ingest(project=other_project, spans=[span("root", name="theirs")])
     project.delete()

@@ -559,7 +559,10 @@ def test_a_new_trace_is_added_to_its_session_without_reading_the_others(project)
     [new] = trace_ingest(project=project, spans=turn("big", 999, at=DAY + timedelta(hours=1)))
     undo = transaction.savepoint()  # ANALYZE runs the statement: the trace would count twice
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {ADD_SQL}", [project.pk, [new.pk]])
+        cursor.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {ADD_SQL}",
+            {"project": project.pk, "sessions": ["big"], "traces": [new.pk]},
+        )
         plan = cursor.fetchone()[0]
     transaction.savepoint_rollback(undo)
     read = []
