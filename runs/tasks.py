@@ -67,9 +67,19 @@ def run_mappings_and_metrics_refresh(run_id: int) -> None:
 
 
 @shared_task(acks_late=True, **RETRY)
-def ingest_online_dispatch(project_id: int, trace_ids: list[int]) -> int:
-    review.items_feed(project_id=project_id, trace_ids=trace_ids)
-    return online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
+def ingest_online_dispatch(project_id: int, trace_ids: list[int] | None = None) -> int:
+    """The traces ingested since the last dispatch (waiting in Redis), or those given (sent by
+    an ingest that found no Redis)."""
+    taken = trace_ids is None
+    if taken:
+        trace_ids = work.online_dispatch_started(project_id)
+    try:
+        review.items_feed(project_id=project_id, trace_ids=trace_ids)
+        return online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
+    except Exception:
+        if taken:
+            work.online_dispatch_unfinished(project_id, trace_ids)
+        raise
 
 
 @shared_task(acks_late=True, **RETRY)

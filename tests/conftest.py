@@ -8,9 +8,23 @@ from rest_framework.test import APIClient
 
 from evalsite.celery import app
 from evalsite.models import Role
+from evalsite.redis_client import client as redis_client
+from evalsite.redis_client import site_key
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 
 pytest_plugins = ["tests.servers", "tests.llm_server", "tests.workers"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_keys_of_earlier_runs(django_db_setup, django_db_blocker):
+    """Keys in the shared Redis carry the database's name, and every test run's database has
+    the same one and starts its ids at 1 again: a debounce or a pending set an earlier run left
+    would hold back or join this run's work."""
+    with django_db_blocker.unblock():
+        pattern = site_key("*")
+    client = redis_client()
+    for key in client.scan_iter(match=pattern, count=1000):
+        client.delete(key)
 
 
 @pytest.fixture(autouse=True)

@@ -98,6 +98,9 @@ class Workers:
             **os.environ,
             "DATABASE_URL": database_url(),
             "CELERY_BROKER_URL": broker.url,
+            # The Redis every host shares (debounces, pending online traces, limits) is the test
+            # process's: the web side of these tests is this process.
+            "REDIS_URL": settings.REDIS_URL,
             "EVALSITE_APPLICATIONS_ALLOW_PRIVATE": "1",
             "EVALSITE_MODELS_ALLOW_PRIVATE": "1",
             "EVALSITE_RUN_CHUNK_SIZE": "20",  # more units than one; not a recovery setting

@@ -4,6 +4,7 @@ tests/runs/test_online_worker.py does it with a real worker process."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -26,6 +27,7 @@ from runs.online import (
     online_sampled,
     online_units_plan,
 )
+from runs.queue import online_dispatch_pending, online_dispatch_started
 from runs.traces import trace_ingest, trace_record
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -72,6 +74,12 @@ def child(trace_id, *, start=T0, model="gpt-4o-mini"):
         "end_time": (start + timedelta(milliseconds=900)).isoformat(),
         "attributes": {"gen_ai.request.model": model, "gen_ai.usage.input_tokens": 42},
     }
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def ingest(project, capture, *spans):
@@ -245,7 +253,64 @@ def test_it_queues_the_match_a_few_seconds_after_commit(
     assert not sent  # only once the ingest commits
     for callback in callbacks:
         callback()
-    assert sent == [((project.pk, [traces[0].pk]), 7.0)]
+    assert sent == [((project.pk,), 7.0)]  # the trace waits in Redis for it
+    assert online_dispatch_started(project.pk) == [traces[0].pk]
+
+
+def test_ingests_before_the_dispatch_starts_ride_along_with_it(
+    project, paris, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from runs import tasks
+
+    sent = []
+    monkeypatch.setattr(
+        tasks.ingest_online_dispatch, "apply_async", lambda args, countdown: sent.append(args)
+    )
+    online_rule_create(project=project, name="Any", revision=paris)
+    first = ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    second = ingest(project, django_capture_on_commit_callbacks, root("t-2"))
+    assert sent == [(project.pk,)]  # one message for both
+    assert online_dispatch_started(project.pk) == sorted([first[0].pk, second[0].pk])
+    third = ingest(project, django_capture_on_commit_callbacks, root("t-3"))
+    assert sent == [(project.pk,), (project.pk,)]  # the dispatch started: the next is queued
+    assert online_dispatch_started(project.pk) == [third[0].pk]
+    assert not online_dispatch_pending(project.pk)
+
+
+def test_without_redis_each_ingest_sends_its_traces(
+    project, paris, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from runs import tasks
+
+    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    sent = []
+    monkeypatch.setattr(
+        tasks.ingest_online_dispatch, "apply_async", lambda args, countdown: sent.append(args)
+    )
+    online_rule_create(project=project, name="Any", revision=paris)
+    first = ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    second = ingest(project, django_capture_on_commit_callbacks, root("t-2"))
+    assert sent == [(project.pk, [first[0].pk]), (project.pk, [second[0].pk])]
+
+
+def test_a_dispatch_that_fails_gives_its_traces_back_for_its_retry(
+    project, paris, monkeypatch, django_capture_on_commit_callbacks
+):
+    from runs import tasks
+
+    monkeypatch.setattr(tasks.ingest_online_dispatch, "apply_async", lambda args, countdown: None)
+    rule = online_rule_create(project=project, name="Any", revision=paris)
+    [trace] = ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+
+    def broken(**kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(online, "online_dispatch", broken)
+    with pytest.raises(RuntimeError):
+        tasks.ingest_online_dispatch.run(project.pk)
+    monkeypatch.undo()
+    assert tasks.ingest_online_dispatch.run(project.pk) == 1  # the retry finds the trace
+    assert evaluated(rule) == {"t-1"} and trace.trace_id == "t-1"
 
 
 def test_it_never_evaluates_a_trace_twice(project, paris, django_capture_on_commit_callbacks):
