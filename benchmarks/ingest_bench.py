@@ -1,13 +1,13 @@
 """Spans per second persisted through the ingestion doors, over HTTP to a real server.
 
     uv run python benchmarks/ingest_bench.py [--path native|otlp|both] [--threads 4]
-        [--spans-per-request 100] [--requests 200] [--spans 10] [--workers 2]
-        [--server-threads 4]
+        [--spans-per-request 100] [--requests 200] [--spans 10] [--workers N]
+        [--server-threads N]
 
 Uses the database the settings name (DATABASE_URL, else the embedded PostgreSQL). Starts the web
-server the way ``manage.py up`` does (gunicorn, ``--workers`` processes x ``--server-threads``
-threads: 2 x 4, as ``up`` starts it unless ``WEB_CONCURRENCY``/``WEB_THREADS`` say otherwise),
-then for each path sends ``--requests`` bodies of ``--spans-per-request`` spans (whole traces of
+server the way ``manage.py up`` does (gunicorn with gunicorn.conf.py: a process per core, at
+least two, of 4 threads each, unless ``WEB_CONCURRENCY``/``WEB_THREADS`` or ``--workers`` /
+``--server-threads`` say otherwise), then for each path sends ``--requests`` bodies of ``--spans-per-request`` spans (whole traces of
 ``--spans`` spans: a workflow root with a session, retrieval, LLM calls with tokens and costs,
 tools; new trace ids in every request) from ``--threads`` client threads, each on its own
 keep-alive connection:
@@ -57,6 +57,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan  # noqa: E402
 
 from evalsite.models import Project, Role  # noqa: E402
+from evalsite.redis_client import site_key  # noqa: E402
 from evalsite.services import api_key_create, project_create, user_get_or_create  # noqa: E402
 from evaluators.services import evaluator_create  # noqa: E402
 from runs.models import OnlineRule, Run, Span, Trace  # noqa: E402
@@ -232,9 +233,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _server(port: int, workers: int, threads: int, broker: str, root: Path) -> subprocess.Popen:
+def _server(
+    port: int, workers: int | None, threads: int | None, broker: str, root: Path
+) -> subprocess.Popen:
+    # gunicorn.conf.py of the copy served, as manage.py up reads it; the flags override it.
     command = [sys.executable, "-m", "gunicorn", "evalsite.wsgi", "--bind", f"127.0.0.1:{port}"]
-    command += ["--workers", str(workers), "--threads", str(threads), "--timeout", "120"]
+    if (root / "gunicorn.conf.py").exists():
+        command += ["-c", str(root / "gunicorn.conf.py")]
+    if workers:
+        command += ["--workers", str(workers)]
+    if threads:
+        command += ["--threads", str(threads)]
+    command += ["--timeout", "120"]
     env = {**os.environ, "CELERY_BROKER_URL": broker, "PYTHONPATH": str(root)}
     process = subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -353,9 +363,11 @@ def main() -> None:
     parser.add_argument("--spans-per-request", type=int, default=100)
     parser.add_argument("--requests", type=int, default=200, help="requests per measurement")
     parser.add_argument("--spans", type=int, default=10, help="spans per trace")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument(
-        "--server-threads", type=int, default=4, help="threads per gunicorn process"
+        "--workers", type=int, help="gunicorn processes (default: gunicorn.conf.py's, as up)"
+    )
+    parser.add_argument(
+        "--server-threads", type=int, help="threads per gunicorn process (default: as up)"
     )
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/13")
     parser.add_argument(
@@ -384,7 +396,8 @@ def main() -> None:
             # Every worker process and thread imports, connects and caches before timing.
             _post_all(port, warm_key, door, [DOORS[door][2](traces, args.spans)] * 16, 8)
         print(
-            f"gunicorn {args.workers} workers x {args.server_threads} threads; "
+            f"gunicorn {len(psutil.Process(server.pid).children())} processes"
+            f"{f' x {args.server_threads} threads' if args.server_threads else ''}; "
             f"{args.threads} client threads; "
             f"{args.requests} requests x {traces} traces x {args.spans} spans each"
         )
@@ -422,7 +435,11 @@ def main() -> None:
         server.wait(30)
         for project in projects:
             _delete(project)
-        redis.Redis.from_url(args.broker).delete("ingest")
+        broker = redis.Redis.from_url(args.broker)
+        broker.delete("ingest")
+        for project in projects:  # the online traces waiting for the dispatch nobody ran
+            for key in broker.scan_iter(site_key("online", "pending", project.pk) + "*"):
+                broker.delete(key)
 
 
 if __name__ == "__main__":

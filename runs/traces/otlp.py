@@ -11,7 +11,7 @@ from typing import Any
 
 from evalsite import jsonsafe
 from evalsite.errors import InvalidInput
-from runs.traces.spans import EPOCH, SYSTEM_ATTRIBUTES, iso
+from runs.traces.spans import EPOCH, SYSTEM_ATTRIBUTES, CheckedSpan, has_flat_ag_keys, iso
 
 PROTOBUF = "application/x-protobuf"
 
@@ -80,24 +80,27 @@ def _native(
     if scope.service is not None:
         meta["service"] = scope.service
     kind = _otel_kind(attributes)
-    ag = attributes.get("ag")
-    ag = attributes["ag"] = dict(ag) if isinstance(ag, dict) else {}
+    # Every field is in its validated shape by construction, but for what the sender shaped
+    # itself ("ag" of its own, "ag.*" keys) and a missing start, which pydantic checks and names.
+    shaped = "ag" in attributes or not start_ns or has_flat_ag_keys(attributes)
+    given_ag = attributes.get("ag")
+    ag = attributes["ag"] = dict(given_ag) if isinstance(given_ag, dict) else {}
     given = ag.get("meta")
     ag["meta"] = {**meta, **given} if isinstance(given, dict) else meta
     if status_code == 2 and not status_message:
         status_message = _exception_message(events)
-    return {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_id": parent_id or None,
-        "name": (name or "unnamed")[:300],
-        "kind": kind,
-        "start_time": _from_nanos(start_ns) if start_ns else None,
-        "end_time": _from_nanos(end_ns) if end_ns else None,
-        "status": "error" if status_code == 2 else "ok",
-        "status_message": status_message,
-        "attributes": attributes,
-    }
+    return (dict if shaped else CheckedSpan)(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_id=parent_id or None,
+        name=(name or "unnamed")[:300],
+        kind=kind,
+        start_time=_from_nanos(start_ns) if start_ns else None,
+        end_time=_from_nanos(end_ns) if end_ns else None,
+        status="error" if status_code == 2 else "ok",
+        status_message=status_message,
+        attributes=attributes,
+    )
 
 
 def _otel_kind(attributes: dict[str, Any]) -> str:

@@ -97,7 +97,7 @@ class AttributesIn(TypedDict):
 
 def _nest_flat_ag_keys(value: Any) -> Any:
     # OpenTelemetry attributes are flat ("ag.data.inputs"); they join the nested "ag".
-    if not isinstance(value, dict) or not _has_flat_ag_keys(value):
+    if not isinstance(value, dict) or not has_flat_ag_keys(value):
         return value
     value = dict(value)
     ag = value["ag"] = _copy_dicts(value.get("ag") or {})
@@ -106,7 +106,7 @@ def _nest_flat_ag_keys(value: Any) -> Any:
     return value
 
 
-def _has_flat_ag_keys(value: dict) -> bool:
+def has_flat_ag_keys(value: dict) -> bool:
     # Asked of every span: one scan of the joined keys, not a Python step per key.
     try:
         return "\0ag." in "\0" + "\0".join(value)
@@ -176,22 +176,39 @@ def _first_error(exc: ValidationError, loc: str, skip: int = 0) -> InvalidInput:
 SPAN_LIST = TypeAdapter(list[SpanIn])
 
 
+class CheckedSpan(dict):
+    """A span already in the shape validation gives, built by a decoder that checked each of its
+    fields on the way (OTLP protobuf, whose fields come typed): ``span_rows`` takes it as it is.
+    A decoder uses it only where that holds; anything the sender shaped itself goes as a plain
+    dict, through pydantic."""
+
+
 def _validate_all(located: list[tuple[str, Any]]) -> list[SpanIn]:
     """Every span validated in one call into pydantic (a call per span costs as much again);
     the first problem is named by its span's location."""
-    raws = []
-    for loc, raw in located:
+    raws, at = [], []  # what pydantic validates, and where each goes in the answer
+    spans: list[Any] = [None] * len(located)
+    for index, (loc, raw) in enumerate(located):
+        if type(raw) is CheckedSpan:
+            spans[index] = raw
+            continue
         if not isinstance(raw, dict):
             raise InvalidInput({loc: ["must be an object (a span)"]})
         attributes = raw.get("attributes")
-        if isinstance(attributes, dict) and _has_flat_ag_keys(attributes):
+        if isinstance(attributes, dict) and has_flat_ag_keys(attributes):
             raw = {**raw, "attributes": _nest_flat_ag_keys(attributes)}
         raws.append(raw)
+        at.append(index)
+    if not raws:
+        return spans
     try:
-        return SPAN_LIST.validate_python(raws)
+        validated = SPAN_LIST.validate_python(raws)
     except ValidationError as exc:
         index, *_ = exc.errors()[0]["loc"]
-        raise _first_error(exc, located[int(index)][0], skip=1)
+        raise _first_error(exc, located[at[int(index)]][0], skip=1)
+    for index, span in zip(at, validated, strict=True):
+        spans[index] = span
+    return spans
 
 
 def spans_flatten(items: Iterable[Any], prefix: str = "spans") -> Iterator[tuple[str, Any]]:

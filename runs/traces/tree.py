@@ -82,24 +82,26 @@ def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
     it), or the extent of its subtree when the span has no end of its own.
 
     Ingestion calls this for every trace it stores: the loop is written out (no helper calls
-    per span) because it runs for every span that arrives."""
+    per span) because it runs for every span that arrives. A sum with one term (a leaf's own
+    ``unit``, a parent's first child) is a copy made in C; only further terms are added."""
     sums: dict[str, dict[str, dict[str, int | float]]] = {}
     extents: dict[str, tuple[datetime | None, datetime | None]] = {}
     for span, parent in reversed(walked):
         metrics = span.attributes["ag"]["metrics"]
         unit = metrics["unit"]
         span_id = span.span_id
+        first, last = span.start_time, span.end_time
         acc = sums.pop(span_id, None)
-        if acc is None:
-            acc = {}
-        if unit:
-            _add(acc, unit)
-        first, last = extents.pop(span_id, NO_EXTENT)
-        start, end = span.start_time, span.end_time
-        if start is not None and (first is None or start < first):
-            first = start
-        if end is not None and (last is None or end > last):
-            last = end
+        if acc is None:  # a leaf
+            acc = {group: dict(values) for group, values in unit.items() if group != "duration"}
+        else:
+            if unit:
+                _add(acc, unit)
+            low, high = extents.pop(span_id)
+            if low is not None and (first is None or low < first):
+                first = low
+            if high is not None and (last is None or high > last):
+                last = high
         duration = unit.get("duration")
         own = duration.get("total") if duration else None
         if own is not None:
@@ -111,21 +113,16 @@ def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
             key = parent.span_id
             into = sums.get(key)
             if into is None:
-                into = sums[key] = {}
-            _add(into, acc)
-            before = extents.get(key)
-            if before is None:
+                sums[key] = {g: dict(values) for g, values in acc.items() if g != "duration"}
                 extents[key] = (first, last)
-            else:
-                low, high = before
-                if first is not None and (low is None or first < low):
-                    low = first
-                if last is not None and (high is None or last > high):
-                    high = last
-                extents[key] = (low, high)
-
-
-NO_EXTENT: tuple[None, None] = (None, None)
+                continue
+            _add(into, acc)
+            low, high = extents[key]
+            if first is not None and (low is None or first < low):
+                low = first
+            if last is not None and (high is None or last > high):
+                high = last
+            extents[key] = (low, high)
 
 
 def _add(into: dict, groups: dict) -> None:

@@ -154,7 +154,7 @@ def kv(key, value):
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def otlp_protobuf() -> bytes:
+def otlp_protobuf(**chat_changes) -> bytes:
     root = PbSpan(
         trace_id=bytes.fromhex(TRACE),
         span_id=bytes.fromhex(ROOT),
@@ -188,6 +188,11 @@ def otlp_protobuf() -> bytes:
         ],
         status=Status(code=Status.STATUS_CODE_ERROR, message="overloaded"),
     )
+    for field, value in chat_changes.items():
+        if field == "attributes":
+            chat.attributes.extend(value)
+        else:
+            setattr(chat, field, value)
     request = ExportTraceServiceRequest(
         resource_spans=[
             ResourceSpans(
@@ -370,3 +375,25 @@ def test_it_keeps_a_json_payload_nested_too_deep_as_its_text(api, project):
     assert response.status_code == 200
     root_span = trace_dict(Trace.objects.get(project=project))["spans"][ROOT]
     assert root_span["attributes"]["ag"]["data"]["inputs"] == deep
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        # A sender's own "ag" attributes are checked as native ones are.
+        (
+            {"attributes": [kv("ag.metrics.unit.tokens.prompt", "many")]},
+            "spans[0].attributes.ag.metrics.unit.tokens.prompt",
+            "must be a number",
+        ),
+        ({"start_time_unix_nano": 0}, "spans[0].start_time", "invalid datetime"),
+    ],
+)
+def test_it_refuses_a_protobuf_span_naming_the_bad_field_and_stores_nothing(
+    api, change, field, reason
+):
+    body = otlp_protobuf(**change)
+    response = api.post(URL, body, content_type="application/x-protobuf")
+    assert response.status_code == 400
+    assert f"{field}: {reason}" in response.content.decode(errors="replace")
+    assert not Span.objects.exists() and not Trace.objects.exists()

@@ -91,9 +91,10 @@ class Command(BaseCommand):
 
 
 def _web(env: dict, host: str, port: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "gunicorn", "evalsite.wsgi", "--bind", f"{host}:{port}"]
-    command += ["--workers", os.environ.get("WEB_CONCURRENCY", "2")]
-    command += ["--threads", os.environ.get("WEB_THREADS", "4"), "--access-logfile", "-"]
+    # Processes, threads and the worker class: gunicorn.conf.py (WEB_CONCURRENCY, WEB_THREADS).
+    config = settings.BASE_DIR / "gunicorn.conf.py"
+    command = [sys.executable, "-m", "gunicorn", "evalsite.wsgi", "-c", str(config)]
+    command += ["--bind", f"{host}:{port}", "--access-logfile", "-"]
     return subprocess.Popen(command, env=env)
 
 
