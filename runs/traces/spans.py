@@ -3,6 +3,7 @@ OpenInference mapping into ``ag``, units, data attributes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -60,6 +61,9 @@ class SpanRow:
     status: str
     status_message: str
     attributes: dict[str, Any]
+    # Where the span was in its request (``spans[3]``), for errors found as it is written; ""
+    # for a span read back from the database.
+    loc: str = dataclasses.field(default="", compare=False)
 
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")]
@@ -293,7 +297,7 @@ DATA_ATTRIBUTES = {
 }
 
 
-def _row(span: SpanIn, max_bytes: int) -> SpanRow:
+def _row(span: SpanIn, loc: str) -> SpanRow:
     """The span with ``ag`` normalised and ``unit`` metrics filled in from the span."""
     start, end = span["start_time"], span.get("end_time")
     if start.tzinfo is None:
@@ -313,13 +317,12 @@ def _row(span: SpanIn, max_bytes: int) -> SpanRow:
         end_time=end,
         status=_status(span.get("status")),
         status_message=span.get("status_message") or "",
-        attributes=_attributes(span, start, end, max_bytes),
+        attributes=_attributes(span, start, end),
+        loc=loc,
     )
 
 
-def _attributes(
-    span: SpanIn, start: datetime, end: datetime | None, max_bytes: int
-) -> dict[str, Any]:
+def _attributes(span: SpanIn, start: datetime, end: datetime | None) -> dict[str, Any]:
     # The dicts pydantic made for this span are its own: changed in place, not copied. A span
     # with no attribute besides "ag" (most native ones) has nothing to map.
     other = span.get("attributes") or {}
@@ -348,20 +351,24 @@ def _attributes(
             unit[group] = _with_total(values)
     given.pop("acc", None)
     metrics = {**given, "unit": unit, "acc": {}}
-    result = {"ag": {"data": data, "metrics": metrics, "meta": meta, **ag}, **other}
-    _check_attributes(result, max_bytes)
-    return result
+    return {"ag": {"data": data, "metrics": metrics, "meta": meta, **ag}, **other}
 
 
-def _check_attributes(attributes: dict, max_bytes: int) -> None:
+def attributes_json(span: SpanRow, max_bytes: int) -> bytes:
+    """The span's attributes as the JSON stored, once checked: storable (no NaN, nothing JSON
+    has not), within the size limit (``acc`` counted) and free of NUL, which PostgreSQL's jsonb
+    refuses. Ingestion calls this as it writes each span, inside the ingest's transaction: a
+    refusal there stores nothing, as one found before writing would."""
+    where = f"{span.loc}.attributes" if span.loc else "attributes"
     try:
-        text = json_bytes(attributes, strict=True)
+        text = json_bytes(span.attributes, strict=True)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput({"attributes": [f"not storable as JSON ({exc})"]})
+        raise InvalidInput({where: [f"not storable as JSON ({exc})"]})
     if len(text) > max_bytes:
-        raise TooLarge({"attributes": [f"{len(text)} bytes of JSON; the limit is {max_bytes}"]})
+        raise TooLarge({where: [f"{len(text)} bytes of JSON; the limit is {max_bytes}"]})
     if b"\\u0000" in text:
-        raise InvalidInput({"attributes": ["contains a NUL character (\\u0000)"]})
+        raise InvalidInput({where: ["contains a NUL character (\\u0000)"]})
+    return text
 
 
 # orjson would write datetimes, dataclasses and subclasses of JSON types as it sees fit; handing
@@ -454,14 +461,17 @@ def _set_path(target: dict, parts: list[str], value: Any) -> None:
 def spans_valid(trace: Any) -> bool:
     """Whether a trace dict (or spans) would pass ingestion's validation."""
     try:
-        span_rows(list(spans_flatten([trace])))
+        limit = limits().attributes_bytes
+        for row in span_rows(list(spans_flatten([trace]))):
+            attributes_json(row, limit)
     except InvalidInput:
         return False
     return True
 
 
 def span_rows(located: list[tuple[str, Any]]) -> list[SpanRow]:
-    """Validate and normalise every span before anything is written."""
+    """Validate and normalise every span before anything is written. What only the stored form
+    tells (its size, NUL characters) is checked as each span is written (``attributes_json``)."""
     limit = limits()
     if len(located) > limit.spans:
         raise TooLarge(
@@ -470,7 +480,7 @@ def span_rows(located: list[tuple[str, Any]]) -> list[SpanRow]:
     rows = []
     for (loc, _), span in zip(located, _validate_all(located), strict=True):
         try:
-            rows.append(_row(span, limit.attributes_bytes))
+            rows.append(_row(span, loc))
         except InvalidInput as exc:
             raise type(exc)({f"{loc}.{name}": reasons for name, reasons in exc.fields.items()})
     return rows

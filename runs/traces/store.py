@@ -24,7 +24,7 @@ from runs.bulk import copy_insert, copy_rows
 from runs.models import RuleTarget, Span, Trace
 from runs.traces.otlp import otlp_spans
 from runs.traces.sessions import prepared_cursor, sessions_refresh
-from runs.traces.spans import SpanRow, json_bytes, span_rows, spans_flatten
+from runs.traces.spans import SpanRow, attributes_json, json_bytes, limits, span_rows, spans_flatten
 from runs.traces.tree import SUMMARY_FIELDS, acc_accumulate, span_tree, trace_summarise
 
 SPAN_UPSERT = """
@@ -265,7 +265,7 @@ def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> No
     commit), a stored trace's by the holder of its lock, who has read them: none can collide."""
     if not any(rows for _, rows in spans):
         return
-    project_pk = project.pk
+    project_pk, max_bytes = project.pk, limits().attributes_bytes
     with connection.cursor() as cursor, cursor.cursor.copy(SPAN_COPY) as copy:
         copy.set_types(SPAN_COPY_TYPES)
         for trace, rows in spans:
@@ -283,7 +283,7 @@ def _spans_add(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) -> No
                         span.end_time,
                         span.status,
                         span.status_message,
-                        JSONB_VERSION + json_bytes(span.attributes),
+                        JSONB_VERSION + attributes_json(span, max_bytes),
                         # The partition key: the trace's arrival, the same for all its spans.
                         arrived,
                     )
@@ -295,6 +295,11 @@ def _spans_upsert(project: Project, spans: list[tuple[Trace, list[SpanRow]]]) ->
     the spans travelling as one JSON document that PostgreSQL unpacks into rows."""
     if not any(rows for _, rows in spans):
         return
+    max_bytes = limits().attributes_bytes
+    for _, rows in spans:
+        for span in rows:
+            if span.loc:  # sent in this request (the others are stored ones whose acc moved)
+                attributes_json(span, max_bytes)
     document = [
         {
             "trace_id": trace.pk,
