@@ -101,6 +101,9 @@ if DATABASE_URL:
 else:
     DATABASES = {"default": embedded.postgres_settings(DATA_DIR)}
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Django's PostgreSQL backend, with a health check that needs no round trip while the server has
+# said nothing on the connection (evalsite/postgres/base.py).
+DATABASES["default"]["ENGINE"] = "evalsite.postgres"
 # Session settings every connection starts with (libpq's ``options``). JIT off: evalsite's
 # statements are short, and any whose estimate crosses jit_above_cost (a comparison's gated
 # row scans of a million-scenario run, which never execute) paid ~70 ms compiling each time.
