@@ -128,16 +128,17 @@ def acc_accumulate(walked: list[tuple[TreeSpan, TreeSpan | None]]) -> None:
 def _add(into: dict, groups: dict) -> None:
     """Add every group but duration into ``into``, in place: its dicts are its own (copies),
     so a subtree's sums are built once instead of copied at every level. The sums are
-    ``number_add``'s, written out."""
+    ``number_add``'s, written out; a group ``into`` lacks is copied whole."""
     for group, values in groups.items():
         if group == "duration":
             continue
         target = into.get(group)
         if target is None:
-            target = into[group] = {}
+            into[group] = dict(values)
+            continue
         for key, value in values.items():
             total = target.get(key, 0) + value
-            target[key] = round(total, 12) if isinstance(total, float) else total
+            target[key] = round(total, 12) if type(total) is float else total
 
 
 SUMMARY_FIELDS = [
