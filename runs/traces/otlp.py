@@ -82,7 +82,12 @@ def _native(
     kind = _otel_kind(attributes)
     # Every field is in its validated shape by construction, but for what the sender shaped
     # itself ("ag" of its own, "ag.*" keys) and a missing start, which pydantic checks and names.
-    shaped = "ag" in attributes or not start_ns or has_flat_ag_keys(attributes)
+    shaped = (
+        "ag" in attributes
+        or not start_ns
+        or len(parent_id) > 64  # pydantic refuses it (the spec's is 8 bytes)
+        or has_flat_ag_keys(attributes)
+    )
     given_ag = attributes.get("ag")
     ag = attributes["ag"] = dict(given_ag) if isinstance(given_ag, dict) else {}
     given = ag.get("meta")

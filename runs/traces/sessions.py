@@ -71,7 +71,8 @@ FROM (SELECT id FROM unnest(%s::text[]) AS id ORDER BY id) u
 # The traces an ingest inserted, added to their sessions: the same sums as REFRESH_SQL, over
 # those traces only, combined with the row's (LEAST/GREATEST skip NULLs, as min/max do). The
 # sessions' locks (LOCK_SQL) are taken in the same statement, before any session row: the
-# GROUP BY reads every joined row, and so the locks, before the first row is written.
+# count() in the MATERIALIZED CTE takes every lock before it yields its one row, and every row
+# the INSERT reads is joined to that row.
 ADD_SQL = """
 WITH locked AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(hashtextextended(%(project)s::text || ':' || u.id, 1397052243)))

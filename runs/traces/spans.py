@@ -103,6 +103,8 @@ def _nest_flat_ag_keys(value: Any) -> Any:
     # OpenTelemetry attributes are flat ("ag.data.inputs"); they join the nested "ag".
     if not isinstance(value, dict) or not has_flat_ag_keys(value):
         return value
+    if not isinstance(value.get("ag") or {}, dict):
+        return value  # pydantic names the "ag" that is not an object
     value = dict(value)
     ag = value["ag"] = _copy_dicts(value.get("ag") or {})
     for key in [key for key in value if key.startswith("ag.")]:
@@ -307,19 +309,33 @@ def _row(span: SpanIn, loc: str) -> SpanRow:
             end = end.replace(tzinfo=UTC)
         if end < start:
             raise InvalidInput({"end_time": ["is before start_time"]})
+    name, kind = span["name"], span.get("kind", "task")
+    message = span.get("status_message") or ""
+    attributes = _attributes(span, start, end)
+    # PostgreSQL's text refuses NUL: these reach the trace's row before the attributes are
+    # checked as they are written.
+    session = attributes["ag"]["meta"].get("session_id")
+    for field, text in (("name", name), ("kind", kind), ("status_message", message)):
+        if "\x00" in text:
+            raise InvalidInput({field: [NUL]})
+    if isinstance(session, str) and "\x00" in session:
+        raise InvalidInput({"attributes.ag.meta.session_id": [NUL]})
     return SpanRow(
         trace_id=span["trace_id"],
         span_id=span["span_id"],
         parent_id=span.get("parent_id") or "",
-        name=span["name"],
-        kind=span.get("kind", "task"),
+        name=name,
+        kind=kind,
         start_time=start,
         end_time=end,
         status=_status(span.get("status")),
-        status_message=span.get("status_message") or "",
-        attributes=_attributes(span, start, end),
+        status_message=message,
+        attributes=attributes,
         loc=loc,
     )
+
+
+NUL = "contains a NUL character (\\u0000)"
 
 
 def _attributes(span: SpanIn, start: datetime, end: datetime | None) -> dict[str, Any]:
@@ -356,18 +372,23 @@ def _attributes(span: SpanIn, start: datetime, end: datetime | None) -> dict[str
 
 def attributes_json(span: SpanRow, max_bytes: int) -> bytes:
     """The span's attributes as the JSON stored, once checked: storable (no NaN, nothing JSON
-    has not), within the size limit (``acc`` counted) and free of NUL, which PostgreSQL's jsonb
-    refuses. Ingestion calls this as it writes each span, inside the ingest's transaction: a
-    refusal there stores nothing, as one found before writing would."""
+    has not), free of NUL (PostgreSQL's jsonb refuses it), and within the size limit, which
+    counts the attributes as sent and mapped, not the ``acc`` computed from the tree (a span
+    sent with or without its children is held to the same limit). Ingestion calls this as it
+    writes each span, inside the ingest's transaction: a refusal there stores nothing, as one
+    found before writing would."""
     where = f"{span.loc}.attributes" if span.loc else "attributes"
     try:
         text = json_bytes(span.attributes, strict=True)
     except (TypeError, ValueError) as exc:
         raise InvalidInput({where: [f"not storable as JSON ({exc})"]})
-    if len(text) > max_bytes:
-        raise TooLarge({where: [f"{len(text)} bytes of JSON; the limit is {max_bytes}"]})
+    size = len(text)
+    if size > max_bytes and (acc := span.attributes["ag"]["metrics"]["acc"]):
+        size -= len(json_bytes(acc)) - len(b"{}")  # as it was sent: with acc still empty
+    if size > max_bytes:
+        raise TooLarge({where: [f"{size} bytes of JSON; the limit is {max_bytes}"]})
     if b"\\u0000" in text:
-        raise InvalidInput({where: ["contains a NUL character (\\u0000)"]})
+        raise InvalidInput({where: [NUL]})
     return text
 
 

@@ -195,4 +195,4 @@ def trace_summarise(trace: Trace, walked: list[tuple[TreeSpan, TreeSpan | None]]
 def span_session(span: TreeSpan) -> str:
     meta = span.attributes["ag"].get("meta")
     session = meta.get("session_id") if isinstance(meta, dict) else None
-    return session if isinstance(session, str) else ""
+    return session[:200] if isinstance(session, str) else ""  # the trace's column holds 200

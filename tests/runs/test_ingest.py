@@ -209,6 +209,15 @@ def test_it_fills_duration_and_genai_tokens_and_data_from_attributes(project):
             {"attributes": {"ag": {"metrics": {"unit": {"tokens": {"prompt": "many"}}}}}},
             "spans[1].attributes.ag.metrics.unit.tokens.prompt: must be a number",
         ),
+        ({"name": "a\x00b"}, "spans[1].name: contains a NUL character (\\u0000)"),
+        (
+            {"attributes": {"ag": {"meta": {"session_id": "chat\x00"}}}},
+            "spans[1].attributes.ag.meta.session_id: contains a NUL character (\\u0000)",
+        ),
+        (
+            {"attributes": {"ag": "not an object", "ag.data.inputs": "hi"}},
+            "spans[1].attributes.ag: Input should be a valid dictionary",
+        ),
     ],
 )
 def test_it_names_the_first_bad_field_and_stores_nothing(project, bad, message):
@@ -471,3 +480,12 @@ def test_two_ingests_into_one_session_at_once_count_both_turns(project):
     thread.join(30)
     assert not thread.is_alive() and not errors
     assert Session.objects.get(project=project, session_id="chat-1").trace_count == 2
+
+
+def test_it_keeps_the_first_200_characters_of_a_session_id_its_sender_set(project):
+    long = "s" * 300
+    [trace] = trace_ingest(
+        project=project, spans=[span("root", attributes={"ag": {"meta": {"session_id": long}}})]
+    )
+    trace.refresh_from_db()
+    assert trace.session_id == long[:200]

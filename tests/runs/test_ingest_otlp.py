@@ -387,6 +387,13 @@ def test_it_keeps_a_json_payload_nested_too_deep_as_its_text(api, project):
             "must be a number",
         ),
         ({"start_time_unix_nano": 0}, "spans[0].start_time", "invalid datetime"),
+        # Longer than any span id: refused, not cut or sent on to the database.
+        (
+            {"parent_span_id": bytes(range(1, 41))},
+            "spans[0].parent_id",
+            "String should have at most 64 characters",
+        ),
+        ({"name": "chat\x00"}, "spans[0].name", "contains a NUL character"),
     ],
 )
 def test_it_refuses_a_protobuf_span_naming_the_bad_field_and_stores_nothing(
