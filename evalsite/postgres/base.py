@@ -5,9 +5,10 @@ request, so that a connection the server closed (a restart, ``pg_terminate_backe
 timeout) is replaced instead of failing the request: a round trip each request, a twentieth of
 an ingest's CPU. A server that closes a connection says so on its socket first (an error
 message, then end of file), so the socket turns readable while the connection sits idle between
-requests. Here the check reads the socket without waiting: nothing there, the connection is
-taken as usable; something there, Django's ``SELECT 1`` decides as before. A connection whose
-peer vanished without a word is not seen by either check: its first query fails.
+requests. Here the check polls the socket without waiting: nothing there on an idle connection,
+the connection is taken as usable; anything else (something to read, a connection not idle, a
+socket that cannot be polled), Django's ``SELECT 1`` decides as before. A connection whose peer
+vanished without a word is seen by neither check: its first query fails.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import select
 
 from django.db.backends.postgresql import base
+from psycopg import pq
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -22,8 +24,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
         connection = self.connection
         if connection is None or connection.closed or connection.broken:
             return False
+        if connection.info.transaction_status != pq.TransactionStatus.IDLE:
+            return super().is_usable()
         try:
-            readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
-        except (OSError, ValueError):  # the socket is gone already
-            return False
-        return not readable or super().is_usable()
+            poller = select.poll()  # not select(): a descriptor past 1023 is fine here
+            poller.register(connection.pgconn.socket, select.POLLIN)
+            quiet = not poller.poll(0)
+        except (OSError, ValueError):
+            quiet = False
+        return quiet or super().is_usable()
