@@ -4,9 +4,10 @@ benchmarks); the command line and ``GUNICORN_CMD_ARGS`` still win. docs/configur
 
 import os
 
-# A process per core (at least two), each with threads for requests that wait on something else
-# (model calls, streamed exports); a new connection goes to the process best placed to serve
-# it, an idle one first (evalsite/webworker.py).
+# A process per core this process may run on (at least two, at most eight: each thread holds a
+# database connection), each with threads for requests that wait on something else (model
+# calls, streamed exports); a new connection goes to the process best placed to serve it, an
+# idle one first (evalsite/webworker.py).
 worker_class = "evalsite.webworker.BalancedThreadWorker"
-workers = int(os.environ.get("WEB_CONCURRENCY") or max(2, os.cpu_count() or 1))
+workers = int(os.environ.get("WEB_CONCURRENCY") or min(8, max(2, len(os.sched_getaffinity(0)))))
 threads = int(os.environ.get("WEB_THREADS") or 4)

@@ -98,3 +98,30 @@ def test_a_process_whose_requests_wait_still_takes_more(server, tmp_path):
     port = server(workers=1, threads=4)
     answers = _at_once(port, [f"/hold?n=4&dir={tmp_path}"] * 4)
     assert [answer.split()[1] for answer in answers] == ["ok"] * 4
+
+
+def test_a_process_kept_busy_by_kept_alive_clients_still_takes_a_new_connection(server):
+    # Three kept-alive clients whose requests overlap: one of them is always fresh, and without
+    # a bound on its refusal the process would take no other connection while they go on.
+    port = server(workers=1, threads=4)
+    stop, answers = threading.Event(), []
+
+    def keep_busy() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        deadline = time.monotonic() + 10
+        while not stop.is_set() and time.monotonic() < deadline:
+            connection.request("GET", "/burn?ms=50")
+            answers.append(connection.getresponse().read())
+        connection.close()
+
+    clients = [threading.Thread(target=keep_busy) for _ in range(3)]
+    for client in clients:
+        client.start()
+    while len(answers) < 6:
+        time.sleep(0.01)
+    answer = _get(port, "/burn?ms=1")
+    answered_while_busy = all(client.is_alive() for client in clients)
+    stop.set()
+    for client in clients:
+        client.join()
+    assert answer.endswith("burnt") and answered_while_busy
