@@ -25,3 +25,8 @@ def site_key(*parts: object) -> str:
     """A key of this site: it carries the database's name, so two sites (or a test run) sharing
     one Redis never read each other's limits, counters or sets."""
     return ":".join(["evalsite", connection.settings_dict["NAME"], *map(str, parts)])
+
+
+def glob_escape(text: str) -> str:
+    """``text`` matched literally in a key pattern (``SCAN MATCH``)."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

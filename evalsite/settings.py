@@ -169,6 +169,8 @@ CELERY_BEAT_SCHEDULE = {
     # take PostgreSQL advisory locks, so a second beat running them at once does no harm.
     # Finished runs whose pack task was lost get another (runs/engine/progress.py).
     "sweep-packs": {"task": "runs.tasks.values_pack_sweep", "schedule": 600.0},
+    # Traces waiting for online rules whose dispatch message was lost (runs/queue.py).
+    "sweep-online-dispatch": {"task": "runs.tasks.ingest_online_dispatch_sweep", "schedule": 60.0},
     "partitions-ensure": {"task": "runs.tasks.partitions_ensure", "schedule": 3600.0},
     "traces-retention": {"task": "runs.tasks.traces_retention", "schedule": 3600.0},
 }

@@ -7,14 +7,16 @@ are not there yet."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from contextlib import suppress
 
 from django.db import connection, transaction
 
 from evalsite.celery import app as celery_app
 from evalsite.redis_client import client as redis_client
-from evalsite.redis_client import site_key
+from evalsite.redis_client import glob_escape, site_key
 from runs import conf
 
 logger = logging.getLogger(__name__)
@@ -143,74 +145,160 @@ def online_dispatch(project_id: int, trace_ids: list[int]) -> None:
     only when the project has an active trace rule or an annotation queue's feed (it asks in
     its own first statement). Never fails the ingest (a missed trace can be backfilled).
 
-    The ids join the project's pending set in the shared Redis; the first ingest after a
-    dispatch started queues the next one, the others ride along: a message every few seconds,
-    not one per ingest (publishing one cost a tenth of an ingest's CPU). Without Redis, each
-    ingest queues its traces in a message of their own, as before."""
+    The ids join the project's pending traces in the shared Redis, each with the time it first
+    arrived; the first ingest after a dispatch started queues the next one, the others ride
+    along: a message every few seconds, not one per ingest (publishing one cost a tenth of an
+    ingest's CPU). A dispatch takes the traces that arrived ``online_delay_seconds`` ago or more
+    and queues the next for the rest (``online_dispatch_take``). Without Redis, each ingest
+    queues its traces in a message of their own."""
     if not trace_ids:
         return
 
     def queue() -> None:
         try:
-            pipe = redis_client().pipeline(transaction=False)
-            pipe.sadd(_online_key(project_id), *trace_ids)
-            pipe.expire(_online_key(project_id), 86400)
-            pipe.set(_online_key(project_id, "queued"), 1, nx=True, ex=ONLINE_QUEUED_SECONDS)
-            first, args = pipe.execute()[-1], (project_id,)
+            first = _scripts().add(
+                keys=[_online_key(project_id), _online_key(project_id, "queued")],
+                args=[_queued_seconds(), *trace_ids],
+            )
+            args = (project_id,)
         except Exception:
             logger.warning(
                 "no Redis for the online dispatch of project %s", project_id, exc_info=True
             )
             first, args = True, (project_id, trace_ids)
-        if not first:
-            return
-        try:
-            send_now(
-                "runs.tasks.ingest_online_dispatch", args, countdown=conf.online_delay_seconds()
-            )
-        except Exception:
-            logger.exception("could not queue online evaluation of %d traces", len(trace_ids))
+        if first:
+            _dispatch_send(project_id, args, conf.online_delay_seconds())
 
     transaction.on_commit(queue)
 
 
-# A dispatch message that is lost holds the next one back this long at most; one that waits
-# longer in a busy queue only lets a second be queued, which finds little or nothing to do.
-ONLINE_QUEUED_SECONDS = 60
+def _dispatch_send(project_id: int, args: tuple, countdown: float) -> None:
+    try:
+        send_now("runs.tasks.ingest_online_dispatch", args, countdown=countdown)
+    except Exception:
+        logger.exception("could not queue the online dispatch of project %s", project_id)
+        with suppress(Exception):  # the next ingest, or the sweep, queues it
+            redis_client().delete(_online_key(project_id, "queued"))
+
+
+ONLINE_TAKE_MAX = 2000  # traces a dispatch takes; it queues the next one for the rest
+ONLINE_INFLIGHT_SECONDS = 3600  # a dispatch's traces, kept for its retry or redelivery
+
+
+def _queued_seconds() -> int:
+    # A dispatch message lost holds the next one back this long at most (then the next ingest,
+    # or the sweep, queues one); one waiting longer in a busy queue only lets a second be
+    # queued, which finds little or nothing to do.
+    return int(conf.online_delay_seconds()) + 60
 
 
 def _online_key(project_id: int, *rest: str) -> str:
     return site_key("online", "pending", str(project_id), *rest)
 
 
-def online_dispatch_started(project_id: int) -> list[int]:
-    """Called by the dispatch as it starts: ingests from now on queue the next one. Takes (and
-    empties) the project's pending traces, in one transaction of Redis's: two dispatches on two
-    hosts never take the same trace."""
-    pipe = redis_client().pipeline()
-    pipe.delete(_online_key(project_id, "queued"))
-    pipe.smembers(_online_key(project_id))
-    pipe.delete(_online_key(project_id))
-    _, members, _ = pipe.execute()
-    return sorted(int(member) for member in members)
+# KEYS[1] the project's pending traces (a sorted set scored by first arrival, Redis's clock),
+# KEYS[2] its "a dispatch is queued" flag. ARGV[1] the flag's life, ARGV[2..] trace ids.
+# Returns 1 when this call set the flag: the caller queues the dispatch.
+_ADD = """
+local now = redis.call('TIME')
+local at = tonumber(now[1]) + tonumber(now[2]) / 1000000
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'NX', at, ARGV[i])
+end
+redis.call('EXPIRE', KEYS[1], 86400)
+if redis.call('SET', KEYS[2], 1, 'NX', 'EX', ARGV[1]) then return 1 end
+return 0
+"""
+
+# KEYS[1] pending, KEYS[2] the flag, KEYS[3] this dispatch's traces. ARGV: the delay (s), the
+# most to take, the flag's life, the in-flight set's life. Moves the traces due (arrived at
+# least the delay ago) into KEYS[3], unless KEYS[3] holds some already (this dispatch again:
+# a retry, or a redelivery after its worker died). Returns {ids, wait}: wait is -1 when nothing
+# is left pending, else the seconds until the next dispatch is due (the flag is then set).
+_TAKE = """
+local taken = redis.call('SMEMBERS', KEYS[3])
+local now = redis.call('TIME')
+local at = tonumber(now[1]) + tonumber(now[2]) / 1000000
+if #taken == 0 then
+  redis.call('DEL', KEYS[2])
+  taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at - tonumber(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
+  for i = 1, #taken, 500 do
+    local chunk = {unpack(taken, i, math.min(i + 499, #taken))}
+    redis.call('ZREM', KEYS[1], unpack(chunk))
+    redis.call('SADD', KEYS[3], unpack(chunk))
+  end
+  if #taken > 0 then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then return {taken, '-1'} end
+redis.call('SET', KEYS[2], 1, 'EX', ARGV[3])
+return {taken, tostring(math.max(0, tonumber(first[2]) + tonumber(ARGV[1]) - at))}
+"""
+
+
+class _Scripts:
+    def __init__(self, client):
+        self.add = client.register_script(_ADD)
+        self.take = client.register_script(_TAKE)
+
+
+@functools.cache
+def _scripts_for(client) -> _Scripts:
+    return _Scripts(client)
+
+
+def _scripts() -> _Scripts:
+    return _scripts_for(redis_client())
+
+
+def online_dispatch_take(project_id: int, dispatch_id: str) -> list[int]:
+    """Called by a dispatch as it starts: ingests from now on queue the next one. Moves the
+    project's traces that are due (arrived ``online_delay_seconds`` ago or more, at most
+    ``ONLINE_TAKE_MAX``) into this dispatch's own set, in one step of Redis's, so two dispatches
+    on two hosts never take the same trace, and queues the next dispatch when traces are left.
+    The same dispatch run again (a retry, or a redelivery after its worker died) gets the same
+    traces back. ``online_dispatch_done`` forgets them."""
+    ids, wait = _scripts().take(
+        keys=[
+            _online_key(project_id),
+            _online_key(project_id, "queued"),
+            _online_key(project_id, "inflight", dispatch_id),
+        ],
+        args=[
+            conf.online_delay_seconds(),
+            ONLINE_TAKE_MAX,
+            _queued_seconds(),
+            ONLINE_INFLIGHT_SECONDS,
+        ],
+    )
+    if float(wait) >= 0:
+        _dispatch_send(project_id, (project_id,), float(wait))
+    return sorted(int(trace_id) for trace_id in ids)
+
+
+def online_dispatch_done(project_id: int, dispatch_id: str) -> None:
+    redis_client().delete(_online_key(project_id, "inflight", dispatch_id))
 
 
 def online_dispatch_pending(project_id: int) -> bool:
     """Whether traces of the project wait for a dispatch, or a dispatch is queued for them."""
-    pipe = redis_client().pipeline()
-    pipe.exists(_online_key(project_id), _online_key(project_id, "queued"))
-    return bool(pipe.execute()[0])
+    return bool(redis_client().exists(_online_key(project_id), _online_key(project_id, "queued")))
 
 
-def online_dispatch_unfinished(project_id: int, trace_ids: list[int]) -> None:
-    """A dispatch that took traces and failed gives them back for its retry (best effort: the
-    backfill evaluates what is lost)."""
-    if not trace_ids:
-        return
-    try:
-        redis_client().sadd(_online_key(project_id), *trace_ids)
-    except Exception:
-        logger.warning("could not give back %d traces for online rules", len(trace_ids))
+def online_dispatch_sweep() -> int:
+    """Beat: a project whose traces wait with no dispatch queued (its message was lost, and no
+    ingest came since to queue another) gets one. Returns how many were queued."""
+    client, queued = redis_client(), 0
+    prefix = _online_key(0).removesuffix("0")
+    for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
+        project = key.decode().removeprefix(prefix)
+        if not project.isdigit():
+            continue  # a flag or a dispatch's set
+        flag = _online_key(int(project), "queued")
+        if client.zcard(key) and client.set(flag, 1, nx=True, ex=_queued_seconds()):
+            _dispatch_send(int(project), (int(project),), 0)
+            queued += 1
+    return queued
 
 
 def online_evaluate(rule_id: int, trace_ids: list[int]) -> None:

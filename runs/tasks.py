@@ -66,20 +66,33 @@ def run_mappings_and_metrics_refresh(run_id: int) -> None:
 # --- online evaluation (tasks named ingest_* go to the ingest queue) ---------------------------
 
 
-@shared_task(acks_late=True, **RETRY)
-def ingest_online_dispatch(project_id: int, trace_ids: list[int] | None = None) -> int:
-    """The traces ingested since the last dispatch (waiting in Redis), or those given (sent by
-    an ingest that found no Redis)."""
-    taken = trace_ids is None
-    if taken:
-        trace_ids = work.online_dispatch_started(project_id)
+@shared_task(bind=True, acks_late=True, **RETRY)
+def ingest_online_dispatch(self, project_id: int, trace_ids: list[int] | None = None) -> int:
+    """The project's traces due for matching (waiting in Redis), or those given (sent by an
+    ingest that found no Redis). A transient failure is retried on the same traces; any other
+    drops them, as a lost message would (a backfill evaluates them)."""
+    dispatch_id = None
+    if trace_ids is None:
+        dispatch_id = self.request.id or "inline"
+        trace_ids = work.online_dispatch_take(project_id, dispatch_id)
     try:
         review.items_feed(project_id=project_id, trace_ids=trace_ids)
-        return online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
+        queued = online.online_dispatch(project_id=project_id, trace_ids=trace_ids)
+    except TRANSIENT:
+        raise  # retried with the same id: online_dispatch_take gives the same traces
     except Exception:
-        if taken:
-            work.online_dispatch_unfinished(project_id, trace_ids)
+        if dispatch_id:
+            work.online_dispatch_done(project_id, dispatch_id)
         raise
+    if dispatch_id:
+        work.online_dispatch_done(project_id, dispatch_id)
+    return queued
+
+
+@shared_task(acks_late=True)
+def ingest_online_dispatch_sweep() -> int:
+    """Beat: traces waiting in Redis with no dispatch queued for them get one."""
+    return work.online_dispatch_sweep()
 
 
 @shared_task(acks_late=True, **RETRY)

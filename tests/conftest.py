@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 from evalsite.celery import app
 from evalsite.models import Role
 from evalsite.redis_client import client as redis_client
-from evalsite.redis_client import site_key
+from evalsite.redis_client import glob_escape, site_key
 from evalsite.services import api_key_create, membership_set, project_create, user_get_or_create
 
 pytest_plugins = ["tests.servers", "tests.llm_server", "tests.workers"]
@@ -21,9 +21,9 @@ def _no_keys_of_earlier_runs(django_db_setup, django_db_blocker):
     the same one and starts its ids at 1 again: a debounce or a pending set an earlier run left
     would hold back or join this run's work."""
     with django_db_blocker.unblock():
-        pattern = site_key("*")
+        prefix = site_key("")
     client = redis_client()
-    for key in client.scan_iter(match=pattern, count=1000):
+    for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
         client.delete(key)
 
 
@@ -121,8 +121,10 @@ def outsider_client(client, outsider):
 
 @pytest.fixture
 def celery_eager(settings):
-    """Tasks run inline where they are sent: nothing reaches the real broker."""
+    """Tasks run inline where they are sent: nothing reaches the real broker. Ingested traces
+    are due for online rules at once (the delay is the dispatch's to keep, and it runs now)."""
     settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = False

@@ -9,8 +9,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import OperationalError
 
 from evalsite.errors import InvalidInput
+from evalsite.redis_client import client as redis_client
+from evalsite.redis_client import site_key
 from evaluators.services import evaluator_create
 from runs import metrics, online
 from runs.engine import unit_claim
@@ -27,7 +30,7 @@ from runs.online import (
     online_sampled,
     online_units_plan,
 )
-from runs.queue import online_dispatch_pending, online_dispatch_started
+from runs.queue import online_dispatch_pending, online_dispatch_sweep, online_dispatch_take
 from runs.traces import trace_ingest, trace_record
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -260,21 +263,39 @@ def test_it_queues_the_match_a_few_seconds_after_commit(
     for callback in callbacks:
         callback()
     assert dispatches == [((project.pk,), 7.0)]  # the trace waits in Redis for it
-    assert online_dispatch_started(project.pk) == [traces[0].pk]
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
+    assert online_dispatch_take(project.pk, "d1") == [traces[0].pk]
+
+
+def test_a_dispatch_takes_only_the_traces_that_arrived_the_delay_ago(
+    project, paris, settings, dispatches, django_capture_on_commit_callbacks
+):
+    # A dispatch queued by an earlier ingest runs when that ingest's traces are due: a trace
+    # that joined just before must still wait its delay, for its other spans to arrive.
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 60
+    online_rule_create(project=project, name="Any", revision=paris)
+    [trace] = ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    assert online_dispatch_take(project.pk, "early") == []
+    [(args, countdown)] = dispatches[1:]  # the next dispatch, when the trace is due
+    assert args == (project.pk,) and 59 < countdown <= 60
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
+    assert online_dispatch_take(project.pk, "due") == [trace.pk]
+    assert not online_dispatch_pending(project.pk)
 
 
 def test_ingests_before_the_dispatch_starts_ride_along_with_it(
-    project, paris, dispatches, django_capture_on_commit_callbacks
+    project, paris, settings, dispatches, django_capture_on_commit_callbacks
 ):
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
     online_rule_create(project=project, name="Any", revision=paris)
     first = ingest(project, django_capture_on_commit_callbacks, root("t-1"))
     second = ingest(project, django_capture_on_commit_callbacks, root("t-2"))
     assert [args for args, _ in dispatches] == [(project.pk,)]  # one message for both
-    assert online_dispatch_started(project.pk) == sorted([first[0].pk, second[0].pk])
+    assert online_dispatch_take(project.pk, "d1") == sorted([first[0].pk, second[0].pk])
     third = ingest(project, django_capture_on_commit_callbacks, root("t-3"))
     # The dispatch started: the next ingest queues the next one.
     assert [args for args, _ in dispatches] == [(project.pk,), (project.pk,)]
-    assert online_dispatch_started(project.pk) == [third[0].pk]
+    assert online_dispatch_take(project.pk, "d2") == [third[0].pk]
     assert not online_dispatch_pending(project.pk)
 
 
@@ -291,24 +312,62 @@ def test_without_redis_each_ingest_sends_its_traces(
     ]
 
 
-def test_a_dispatch_that_fails_gives_its_traces_back_for_its_retry(
-    project, paris, monkeypatch, dispatches, django_capture_on_commit_callbacks
+def _broken(error):
+    def dispatch(**kwargs):
+        raise error
+
+    return dispatch
+
+
+def test_a_dispatch_retried_after_a_transient_failure_takes_the_same_traces(
+    project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
 ):
     from runs import tasks
 
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
     rule = online_rule_create(project=project, name="Any", revision=paris)
     ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    monkeypatch.setattr(online, "online_dispatch", _broken(OperationalError("server gone")))
+    with pytest.raises(OperationalError):
+        tasks.ingest_online_dispatch.run(project.pk)
+    assert not evaluated(rule) and not online_dispatch_pending(project.pk)
+    monkeypatch.undo()
+    # The same dispatch again (Celery's retry, or the message redelivered after its worker
+    # died): the traces it had taken, though nothing is pending any more.
+    assert tasks.ingest_online_dispatch.run(project.pk) == 1
+    assert evaluated(rule) == {"t-1"}
 
-    def broken(**kwargs):
-        raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(online, "online_dispatch", broken)
+def test_a_dispatch_that_fails_for_good_drops_its_traces_as_a_lost_message_would(
+    project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
+):
+    from runs import tasks
+
+    settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
+    rule = online_rule_create(project=project, name="Any", revision=paris)
+    ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    monkeypatch.setattr(online, "online_dispatch", _broken(RuntimeError("a bug")))
     with pytest.raises(RuntimeError):
         tasks.ingest_online_dispatch.run(project.pk)
-    assert not evaluated(rule)
     monkeypatch.undo()
-    assert tasks.ingest_online_dispatch.run(project.pk) == 1  # the retry finds the trace
+    # Not given back: a trace that always fails its dispatch must not hold up the others.
+    assert tasks.ingest_online_dispatch.run(project.pk) == 0
+    assert not evaluated(rule)
+    with django_capture_on_commit_callbacks(execute=True):  # what a backfill is for
+        online_backfill(rule=rule, since=T0 - timedelta(hours=1))
     assert evaluated(rule) == {"t-1"}
+
+
+def test_the_sweep_queues_a_dispatch_for_traces_whose_message_was_lost(
+    project, paris, settings, dispatches, django_capture_on_commit_callbacks
+):
+    online_rule_create(project=project, name="Any", revision=paris)
+    ingest(project, django_capture_on_commit_callbacks, root("t-1"))
+    assert online_dispatch_sweep() == 0  # a dispatch is queued: nothing to do
+    redis_client().delete(site_key("online", "pending", project.pk, "queued"))  # it was lost
+    assert online_dispatch_sweep() == 1
+    assert dispatches[-1] == ((project.pk,), 0)
+    assert online_dispatch_pending(project.pk)
 
 
 def test_it_never_evaluates_a_trace_twice(project, paris, django_capture_on_commit_callbacks):
