@@ -15,7 +15,7 @@ from evalsite.errors import InvalidInput
 from evalsite.redis_client import client as redis_client
 from evalsite.redis_client import site_key
 from evaluators.services import evaluator_create
-from runs import metrics, online
+from runs import metrics, online, tasks
 from runs.engine import unit_claim
 from runs.models import Annotation, Result, RunMetrics, Scenario, Trace, WorkUnit
 from runs.online import (
@@ -238,8 +238,6 @@ def test_it_evaluates_new_traces_shortly_after_ingestion(
 @pytest.fixture
 def dispatches(monkeypatch):
     """The dispatch messages sent, as (args, countdown), instead of running them."""
-    from runs import tasks
-
     sent = []
     monkeypatch.setattr(
         tasks.ingest_online_dispatch,
@@ -322,8 +320,6 @@ def _broken(error):
 def test_a_dispatch_retried_after_a_transient_failure_takes_the_same_traces(
     project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
 ):
-    from runs import tasks
-
     settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
     rule = online_rule_create(project=project, name="Any", revision=paris)
     ingest(project, django_capture_on_commit_callbacks, root("t-1"))
@@ -341,8 +337,6 @@ def test_a_dispatch_retried_after_a_transient_failure_takes_the_same_traces(
 def test_a_dispatch_that_fails_for_good_drops_its_traces_as_a_lost_message_would(
     project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
 ):
-    from runs import tasks
-
     settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
     rule = online_rule_create(project=project, name="Any", revision=paris)
     ingest(project, django_capture_on_commit_callbacks, root("t-1"))
