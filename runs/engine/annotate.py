@@ -11,7 +11,7 @@ from evaluators.models import EvaluatorRevision
 from runs import metrics
 from runs.annotations import annotation_create, annotation_update
 from runs.engine.cells import cells_replace_counted, scenario_statuses_update
-from runs.engine.locks import run_check_open
+from runs.engine.locks import run_check_open, run_locked
 from runs.engine.steps import annotation_step, step_key_for_revision
 from runs.models import Annotation, Channel, Origin, Result, ResultStatus, Run, RunStep
 from runs.traces import scenario_invocation_trace
@@ -24,7 +24,7 @@ def scenario_annotate(
     """A person's judgement of one scenario: a human evaluator's form, or a correction of any
     evaluator's result. The annotation is linked to the scenario's trace; the cell's result
     points at it; an earlier value is kept in the annotation's history."""
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = run_locked(run)
     run_check_open(run)
     key = step_key_for_revision(revision)
     if not run.steps.filter(key=key).exists():

@@ -81,13 +81,25 @@ def cells_write(
     return written
 
 
-def _write(run: Run, scenarios: list[Scenario], cells: list[Cell], statuses: bool) -> Written:
-    locked = list(
-        Scenario.objects.select_for_update()
-        .filter(pk__in=[s.pk for s in scenarios])
+def scenarios_locked(scenario_ids: list[int]) -> list[int]:
+    """Lock the scenarios whose cells are about to be written, in primary key order, until the
+    transaction ends; their ids. Two writers of one scenario's cells wait for each other.
+
+    ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: rows that only point at a scenario (the read
+    model's statistics, inserted by a refresh) check their foreign key at commit with a key-share
+    lock, which ``FOR UPDATE`` blocks. A refresh holding the run's row and committing such rows
+    would wait for this writer, which waits for the run's row to add its counters: a deadlock,
+    seen when a judge's cells landed during a refresh."""
+    return list(
+        Scenario.objects.select_for_update(no_key=True)
+        .filter(pk__in=scenario_ids)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+
+
+def _write(run: Run, scenarios: list[Scenario], cells: list[Cell], statuses: bool) -> Written:
+    locked = scenarios_locked([s.pk for s in scenarios])
     done = set(
         Result.objects.filter(scenario_id__in=locked, status__in=FINAL_RESULT_STATUSES).values_list(
             "scenario_id", "step_key", "repeat_idx"

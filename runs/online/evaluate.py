@@ -189,7 +189,7 @@ def _scenarios_ensure(rule: OnlineRule, traces: list[Trace], roots: dict) -> lis
     never gets two scenarios. Returns the new units (queued; their messages go on commit)."""
     run = rule.run
     with transaction.atomic():
-        Run.objects.select_for_update().filter(pk=run.pk).first()
+        Run.objects.select_for_update(no_key=True).filter(pk=run.pk).first()
         by_trace = {s.trace_id: s for s in Scenario.objects.filter(run=run, trace__in=traces)}
         missing = [t for t in traces if t.pk not in by_trace]
         now = timezone.now()

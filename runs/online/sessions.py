@@ -139,7 +139,7 @@ def sessions_fire(*, rule: OnlineRule, session_ids: list[int], idle: timedelta) 
     if not session_ids:
         return []
     with transaction.atomic():
-        Run.objects.select_for_update().filter(pk=rule.run_id).first()
+        Run.objects.select_for_update(no_key=True).filter(pk=rule.run_id).first()
         claimed = _claim(rule, session_ids, db_now() - idle)
         sessions = list(Session.objects.filter(pk__in=claimed).order_by("last_activity", "pk"))
         firsts, lasts = _ends(rule.project_id, [s.session_id for s in sessions])
