@@ -57,7 +57,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan  # noqa: E402
 
 from evalsite.models import Project, Role  # noqa: E402
-from evalsite.redis_client import site_key  # noqa: E402
+from evalsite.redis_client import glob_escape, site_key  # noqa: E402
 from evalsite.services import api_key_create, project_create, user_get_or_create  # noqa: E402
 from evaluators.services import evaluator_create  # noqa: E402
 from runs.models import OnlineRule, Run, Span, Trace  # noqa: E402
@@ -439,8 +439,8 @@ def main() -> None:
         broker = redis.Redis.from_url(args.broker)
         broker.delete("ingest")
         for project in projects:  # the online traces waiting for the dispatch nobody ran
-            for key in broker.scan_iter(site_key("online", "pending", project.pk) + "*"):
-                broker.delete(key)
+            pending = site_key("online", "pending", project.pk)
+            broker.delete(pending, *broker.scan_iter(glob_escape(pending + ":") + "*"))
 
 
 if __name__ == "__main__":

@@ -310,24 +310,31 @@ def test_without_redis_each_ingest_sends_its_traces(
     ]
 
 
-def _broken(error):
-    def dispatch(**kwargs):
+def _a_dispatch_failing_once(project, paris, monkeypatch, capture, error):
+    """A rule, a trace ingested for it, and its dispatch run once while matching raises
+    ``error``; the rule."""
+    rule = online_rule_create(project=project, name="Any", revision=paris)
+    ingest(project, capture, root("t-1"))
+
+    def broken(**kwargs):
         raise error
 
-    return dispatch
+    monkeypatch.setattr(online, "online_dispatch", broken)
+    with pytest.raises(type(error)):
+        tasks.ingest_online_dispatch.run(project.pk)
+    monkeypatch.undo()
+    return rule
 
 
 def test_a_dispatch_retried_after_a_transient_failure_takes_the_same_traces(
     project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
 ):
     settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
-    rule = online_rule_create(project=project, name="Any", revision=paris)
-    ingest(project, django_capture_on_commit_callbacks, root("t-1"))
-    monkeypatch.setattr(online, "online_dispatch", _broken(OperationalError("server gone")))
-    with pytest.raises(OperationalError):
-        tasks.ingest_online_dispatch.run(project.pk)
+    gone = OperationalError("server gone")
+    rule = _a_dispatch_failing_once(
+        project, paris, monkeypatch, django_capture_on_commit_callbacks, gone
+    )
     assert not evaluated(rule) and not online_dispatch_pending(project.pk)
-    monkeypatch.undo()
     # The same dispatch again (Celery's retry, or the message redelivered after its worker
     # died): the traces it had taken, though nothing is pending any more.
     assert tasks.ingest_online_dispatch.run(project.pk) == 1
@@ -338,12 +345,9 @@ def test_a_dispatch_that_fails_for_good_drops_its_traces_as_a_lost_message_would
     project, paris, settings, monkeypatch, dispatches, django_capture_on_commit_callbacks
 ):
     settings.EVALSITE_ONLINE_DELAY_SECONDS = 0
-    rule = online_rule_create(project=project, name="Any", revision=paris)
-    ingest(project, django_capture_on_commit_callbacks, root("t-1"))
-    monkeypatch.setattr(online, "online_dispatch", _broken(RuntimeError("a bug")))
-    with pytest.raises(RuntimeError):
-        tasks.ingest_online_dispatch.run(project.pk)
-    monkeypatch.undo()
+    rule = _a_dispatch_failing_once(
+        project, paris, monkeypatch, django_capture_on_commit_callbacks, RuntimeError("a bug")
+    )
     # Not given back: a trace that always fails its dispatch must not hold up the others.
     assert tasks.ingest_online_dispatch.run(project.pk) == 0
     assert not evaluated(rule)
